@@ -1,0 +1,78 @@
+/* Differentiable ops. Each returns a new arena tensor (or NULL on error, see
+ * tape.h) and, when an input requires a gradient, records its backward.
+ * "[..., C]" means any leading dims, flattened to rows. */
+#ifndef AG_OPS_H
+#define AG_OPS_H
+
+#include "autograd/tape.h"
+
+/* ---- linear algebra ---- */
+/* x [..., K], weight [N, K], bias [N] or NULL -> [..., N] */
+dt_tensor *ag_linear(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias);
+
+/* ---- elementwise ---- */
+dt_tensor *ag_add(ag_ctx *ctx, dt_tensor *a, dt_tensor *b);          /* same shapes */
+dt_tensor *ag_mul(ag_ctx *ctx, dt_tensor *a, dt_tensor *b);          /* same shapes */
+dt_tensor *ag_scale(ag_ctx *ctx, dt_tensor *a, float s);
+dt_tensor *ag_add_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *v);      /* x [..., C] + v [C] */
+dt_tensor *ag_mul_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *v);      /* x [..., C] * v [C] */
+dt_tensor *ag_scale_rows(ag_ctx *ctx, dt_tensor *x, dt_tensor *s);   /* x [M, C] * s [M] per row */
+dt_tensor *ag_clip(ag_ctx *ctx, dt_tensor *x, float lo, float hi);   /* no gradient outside [lo, hi] */
+/* log(exp a + exp b), elementwise, stable */
+dt_tensor *ag_logsumexp2(ag_ctx *ctx, dt_tensor *a, dt_tensor *b);
+
+/* ---- reductions ---- */
+dt_tensor *ag_sum(ag_ctx *ctx, dt_tensor *x);   /* -> [1] */
+dt_tensor *ag_mean(ag_ctx *ctx, dt_tensor *x);  /* -> [1] */
+
+/* ---- shape ---- */
+/* Same data, new shape of equal size (gradient flows back unchanged). */
+dt_tensor *ag_reshape(ag_ctx *ctx, dt_tensor *x, int ndim, const int64_t *shape);
+/* a [..., Ca], b [..., Cb] (same leading dims) -> [..., Ca + Cb] */
+dt_tensor *ag_concat_last(ag_ctx *ctx, dt_tensor *a, dt_tensor *b);
+/* x [..., C] -> columns [start, start + width) as [..., width] */
+dt_tensor *ag_slice_last(ag_ctx *ctx, dt_tensor *x, int64_t start, int64_t width);
+/* Alias with no gradient: the value, treated as a constant. */
+dt_tensor *ag_detach(ag_ctx *ctx, dt_tensor *x);
+
+/* ---- indexing (embeddings, MoE dispatch and combine) ---- */
+/* weight [V, C], tokens int32 [...] -> [..., C]; token ids are checked against V */
+dt_tensor *ag_embedding(ag_ctx *ctx, dt_tensor *weight, dt_tensor *tokens);
+/* x [N, C], idx int32 [M] -> [M, C] = x[idx] */
+dt_tensor *ag_gather_rows(ag_ctx *ctx, dt_tensor *x, dt_tensor *idx);
+/* src [M, C], idx int32 [M] -> [n_rows, C] with out[idx[m]] += src[m] */
+dt_tensor *ag_scatter_add_rows(ag_ctx *ctx, dt_tensor *src, dt_tensor *idx, int64_t n_rows);
+/* x [M, N], idx int32 [M, k] -> [M, k] = x[m, idx[m, j]] */
+dt_tensor *ag_gather_cols(ag_ctx *ctx, dt_tensor *x, dt_tensor *idx);
+
+/* ---- normalisation and activations ---- */
+dt_tensor *ag_layernorm(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias, float eps);
+dt_tensor *ag_rmsnorm(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, float eps);
+dt_tensor *ag_gelu(ag_ctx *ctx, dt_tensor *x);
+dt_tensor *ag_silu(ag_ctx *ctx, dt_tensor *x);
+dt_tensor *ag_swiglu(ag_ctx *ctx, dt_tensor *gate, dt_tensor *up);  /* silu(gate) * up */
+dt_tensor *ag_softmax(ag_ctx *ctx, dt_tensor *x);                  /* over the last dim */
+dt_tensor *ag_log_softmax(ag_ctx *ctx, dt_tensor *x);              /* over the last dim */
+
+/* ---- attention ---- */
+/* x [B, T, n_head*head_dim] rotated at positions 0..T-1 (interleaved pairs, SPEC §1). */
+dt_tensor *ag_rope(ag_ctx *ctx, dt_tensor *x, int64_t n_head, double theta);
+/* Causal GQA attention: q [B, T, H*hd]; k, v [B, T, Hkv*hd] -> [B, T, H*hd].
+ * q may come from another path than k and v (the decode branch). */
+dt_tensor *ag_attention(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tensor *v, int64_t n_head, int64_t n_kv_head);
+
+/* ---- losses ---- */
+/* logits [..., V], targets int32 [...] -> per-row losses [rows] */
+dt_tensor *ag_cross_entropy(ag_ctx *ctx, dt_tensor *logits, dt_tensor *targets);
+/* Mixture readout NLL per row (kernels/mixture.h): logits_p, logits_q [..., V],
+ * targets [...] -> nll [rows]; writes alpha [rows] into *alpha_out when
+ * non-NULL (a constant tensor). detach_primary: no gradient to logits_p.
+ * alpha_detach: no gradient through alpha. */
+dt_tensor *ag_mixture_nll(ag_ctx *ctx, dt_tensor *logits_p, dt_tensor *logits_q, dt_tensor *targets,
+                          float alpha_min, float alpha_max, int detach_primary, int alpha_detach,
+                          dt_tensor **alpha_out);
+/* Switch load-balancing term: router_logits [N, E], assignment fractions f [E]
+ * (constants) -> [1] = E * sum_e f_e * mean_n softmax(router_logits[n])_e */
+dt_tensor *ag_moe_balance(ag_ctx *ctx, dt_tensor *router_logits, const float *fractions);
+
+#endif

@@ -1,0 +1,47 @@
+/* dbranch: one program, many subcommands (prepare, train, eval, bench, ...). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+static const cli_command commands[] = {
+    {"bench", "benchmarks: kernels (GEMM, attention)", cmd_bench},
+};
+static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: dbranch <command> [options]   (dbranch <command> --help for details)\n\ncommands:\n");
+    for (int i = 0; i < n_commands; i++) fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n  --version        print the version\n");
+}
+
+int cli_wants_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
+}
+
+int cli_fail(const char *command) {
+    fprintf(stderr, "dbranch %s: %s\n", command, dt_error_message());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("dbranch %s\n", DBRANCH_VERSION);
+        return 0;
+    }
+    for (int i = 0; i < n_commands; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 2, argv + 2);
+    fprintf(stderr, "dbranch: unknown command '%s' (try dbranch --help)\n", argv[1]);
+    return 2;
+}

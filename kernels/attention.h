@@ -1,0 +1,40 @@
+/* Causal multi-head attention with grouped K/V heads (GQA), flash-style.
+ *
+ * Queries may come from a different tensor than the keys/values: the decode
+ * branch's queries attend over the PRIMARY path's K/V (SPEC §2), so the same
+ * kernel serves self-attention (q, k, v from one path) and the cross form
+ * (q from the branch). Position t attends to positions 0..t. Query head i uses
+ * kv head i / (H / Hkv). Scores are scaled by 1/sqrt(head_dim).
+ *
+ * Forward keeps an online softmax (running max and sum) over key tiles, so at
+ * most one tile of scores per thread exists at a time; it saves the
+ * log-sum-exp per (b, h, t) for backward, which recomputes the scores tile by
+ * tile. Neither allocates: scratch comes from the caller. */
+#ifndef K_ATTENTION_H
+#define K_ATTENTION_H
+
+#include <stdint.h>
+
+/* q [B,T,H*hd]; k, v [B,T,Hkv*hd]; out [B,T,H*hd]; lse [B,H,T]. */
+void k_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t B,
+                         int64_t T, int64_t H, int64_t Hkv, int64_t head_dim);
+
+/* Floats of scratch k_attention_backward needs for these sizes. */
+int64_t k_attention_backward_scratch(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t head_dim);
+
+/* Accumulates (+=) into d_q [B,T,H*hd], d_k, d_v [B,T,Hkv*hd] (any may be NULL).
+ * out and lse are the forward's results; scratch holds
+ * k_attention_backward_scratch(...) floats. */
+void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out, const float *q, const float *k,
+                          const float *v, const float *out, const float *lse, int64_t B, int64_t T, int64_t H,
+                          int64_t Hkv, int64_t head_dim, float *scratch);
+
+/* Decode: n_rows query rows, all at position pos, over a cache holding
+ * positions 0..pos (the primary row and the branch row of grouped decode share
+ * one pass over the cache).
+ * q [n_rows, H*hd]; k_cache, v_cache [n_pos_max, Hkv*hd]; out [n_rows, H*hd];
+ * scratch holds n_rows * H * (pos + 1) floats. */
+void k_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
+                        int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, float *scratch);
+
+#endif

@@ -1,0 +1,23 @@
+/* Softmax, log-softmax and the fused softmax + cross-entropy, over the last dimension.
+ * Backward functions accumulate (+=). */
+#ifndef K_SOFTMAX_H
+#define K_SOFTMAX_H
+
+#include <stdint.h>
+
+/* in, out [M,N] */
+void k_softmax_forward(float *out, const float *in, int64_t M, int64_t N);
+/* d_in += out * (d_out - sum(d_out * out)) */
+void k_softmax_backward(float *d_in, const float *d_out, const float *out, int64_t M, int64_t N);
+
+void k_log_softmax_forward(float *out, const float *in, int64_t M, int64_t N);
+/* d_in += d_out - exp(out) * sum(d_out) */
+void k_log_softmax_backward(float *d_in, const float *d_out, const float *out, int64_t M, int64_t N);
+
+/* losses[M] = -log softmax(logits[M,V])[targets[m]] */
+void k_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets, int64_t M, int64_t V);
+/* d_logits[M,V] += d_losses[m] * (softmax(logits[m]) - onehot(targets[m])) */
+void k_cross_entropy_backward(float *d_logits, const float *d_losses, const float *logits, const int32_t *targets,
+                              int64_t M, int64_t V);
+
+#endif

@@ -1,0 +1,62 @@
+/* Model configuration (SPEC §4): the keys, their defaults and their validation. */
+#ifndef MODEL_CONFIG_H
+#define MODEL_CONFIG_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef enum { FAMILY_NANOGPT = 0, FAMILY_LLAMA = 1, FAMILY_MOE = 2 } model_family;
+typedef enum { BRANCH_NONE = 0, BRANCH_DECODE = 1 } model_branch;
+typedef enum { ROUTING_REPLAY = 0, ROUTING_OWN = 1 } model_routing;
+typedef enum { BRANCH_EMB_OWN = 0, BRANCH_EMB_SHARED = 1 } model_branch_emb;
+
+typedef struct model_config {
+    model_family family;
+    int64_t vocab_size;
+    int64_t block_size; /* T_max */
+    int64_t n_layer;
+    int64_t n_head;
+    int64_t n_kv_head;
+    int64_t d_model;
+    int64_t d_ff;
+    int64_t n_expert;
+    int64_t top_k;
+    int64_t top_k_branch;
+    model_branch branch;
+    model_routing branch_routing;
+    double mix_alpha_min;
+    double mix_alpha_max;
+    double aux_loss_coef;
+    int tie_embeddings;
+    double norm_eps;
+    double rope_theta;
+    int couple;         /* 1 = on */
+    int share;          /* 1 = on */
+    model_branch_emb branch_emb;
+    int detach_primary;
+    int alpha_detach;
+} model_config;
+
+/* Defaults of SPEC §4 for a family (small sizes; callers set the sizes). */
+model_config model_config_default(model_family family);
+
+/* Sets one key from its text value ("nanogpt", "384", "0.5", "on", ...).
+ * Unknown keys and unparsable values are errors naming the key and value. */
+dt_status model_config_set(model_config *config, const char *key, const char *value);
+/* Is this one of the model keys of SPEC §4? */
+int model_config_has_key(const char *key);
+
+/* Every inconsistent combination is an error naming the key and value. Fills
+ * neutral values for keys that do not apply (SPEC §4) before checking. */
+dt_status model_config_validate(model_config *config);
+
+/* Words for the enums (as stored in checkpoints). */
+const char *model_family_name(model_family family);
+const char *model_branch_name(model_branch branch);
+const char *model_routing_name(model_routing routing);
+const char *model_branch_emb_name(model_branch_emb branch_emb);
+
+static inline int64_t model_head_dim(const model_config *c) { return c->d_model / c->n_head; }
+
+#endif

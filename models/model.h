@@ -1,0 +1,87 @@
+/* A model: its configuration, its parameters (SPEC §3 names), and the
+ * training-time forward pass that builds the autograd tape.
+ *
+ * The decode branch is one mechanism over any family: the branch trajectory
+ * runs the same block code as the primary with its own embedding, reading the
+ * primary's per-layer intermediates (q1, z1, m1, K, V) through the coupling
+ * vectors and the shared attention. */
+#ifndef MODEL_MODEL_H
+#define MODEL_MODEL_H
+
+#include <stdint.h>
+
+#include "autograd/tape.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "models/config.h"
+
+/* The weights a block applies; the primary's, or with share = off the branch's own copies.
+ * Pointers are NULL when absent (biases outside nanogpt, dense weights in moe, ...). */
+typedef struct model_block_weights {
+    dt_tensor *wq, *wq_bias, *wk, *wk_bias, *wv, *wv_bias, *wo, *wo_bias; /* [H*hd,C] [Hkv*hd,C] [Hkv*hd,C] [C,H*hd] */
+    dt_tensor *fc, *fc_bias, *proj, *proj_bias; /* nanogpt: [4C,C] [4C] [C,4C] [C] */
+    dt_tensor *w1, *w3, *w2;                    /* llama [F,C] [F,C] [C,F]; moe [E,F,C] [E,F,C] [E,C,F] */
+    dt_tensor *router;                          /* moe [E,C] */
+} model_block_weights;
+
+typedef struct model_layer {
+    dt_tensor *attn_norm, *attn_norm_bias; /* [C] */
+    dt_tensor *ffn_norm, *ffn_norm_bias;   /* [C] */
+    model_block_weights primary;
+    model_block_weights branch;            /* == primary (same pointers) when share = on */
+    dt_tensor *couple_q;                   /* [H*hd]  (NULL when couple = off or no branch) */
+    dt_tensor *couple_hidden;              /* [F]     (dense layers only) */
+    dt_tensor *couple_out;                 /* [C] */
+} model_layer;
+
+typedef enum { PARAM_PRIMARY = 0, PARAM_BRANCH = 1 } model_param_group;
+
+typedef struct model_param {
+    char name[96];           /* SPEC §3 name, e.g. "layers.0.attn.wq.weight" */
+    dt_tensor *tensor;       /* heap tensor, requires_grad, persistent grad */
+    model_param_group group; /* primary path or branch-only */
+    int is_matrix;           /* 2-D (or expert 3-D) weight: weight decay / Muon apply */
+    int is_embedding;        /* tok_emb, pos_emb, branch.tok_emb, lm_head */
+} model_param;
+
+typedef struct model {
+    model_config config;
+    model_param *params;     /* in SPEC §3 order */
+    int n_params;
+    dt_tensor *tok_emb;      /* [V,C] */
+    dt_tensor *pos_emb;      /* [T_max,C] nanogpt */
+    dt_tensor *final_norm, *final_norm_bias; /* [C] */
+    dt_tensor *lm_head;      /* [V,C]; == tok_emb when tied */
+    dt_tensor *branch_tok_emb; /* [V,C]; == tok_emb when branch_emb = shared; NULL without branch */
+    model_layer *layers;     /* [n_layer] */
+    float *rope_table;       /* [block_size, hd/2, 2] cos/sin for llama/moe */
+} model;
+
+/* What a forward pass returns (arena tensors of the step's ag_ctx). */
+typedef struct model_outputs {
+    dt_tensor *loss;           /* [1] the training objective (SPEC §2, aux term included) */
+    dt_tensor *loss_reported;  /* [1] the mixture NLL (== CE(p) without a branch), aux excluded */
+    dt_tensor *loss_primary;   /* [1] CE of the primary logits */
+    dt_tensor *loss_branch;    /* [1] CE of the branch logits (NULL without a branch) */
+    dt_tensor *aux;            /* [1] mean over MoE layers of the balance term (moe only) */
+    dt_tensor *alpha;          /* [B,T] mixture weight (branch only) */
+    dt_tensor *logits_primary; /* [B,T,V] */
+    dt_tensor *logits_branch;  /* [B,T,V] (branch only) */
+} model_outputs;
+
+/* Validates the config, allocates every parameter (zeros) with its gradient. */
+dt_status model_create(model *m, const model_config *config);
+void model_free(model *m);
+/* SPEC init: normal(0, 0.02) matrices/embeddings, residual projections scaled
+ * by 1/sqrt(2 n_layer), zero biases and coupling vectors, unit norm weights. */
+void model_init_weights(model *m, dt_rng *rng);
+/* Looks up a parameter by SPEC name; NULL when absent. */
+model_param *model_find_param(const model *m, const char *name);
+void model_zero_grad(model *m);
+int64_t model_param_count(const model *m, int group /* -1 for all */);
+
+/* Training forward. tokens int32 [B, T] inputs; targets int32 [B, T] (may be
+ * NULL: logits only). Builds the tape on ctx. */
+dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *targets, model_outputs *out);
+
+#endif

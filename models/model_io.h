@@ -1,0 +1,26 @@
+/* Model files (SPEC §5): /config attributes and /params datasets in HDF5.
+ * Loading checks the format attribute and every name, shape and dtype against
+ * the config, with errors naming the file and dataset. */
+#ifndef MODEL_MODEL_IO_H
+#define MODEL_MODEL_IO_H
+
+#include <hdf5.h>
+
+#include "models/model.h"
+
+/* Write /config and /params into an open file (the training layer adds /optim and /train). */
+dt_status model_write_h5(const model *m, hid_t file);
+/* Read /config from an open file into *config (validated). */
+dt_status model_read_config_h5(hid_t file, const char *path_for_errors, model_config *config);
+/* Create *m from the file's /config and load its /params. */
+dt_status model_read_h5(model *m, hid_t file, const char *path_for_errors);
+
+/* Whole-file helpers: save writes PATH.tmp then renames it over PATH. */
+dt_status model_save(const model *m, const char *path);
+dt_status model_load(model *m, const char *path);
+
+
+
+
+
+#endif
