@@ -1,0 +1,37 @@
+/* Batches for training and evaluation.
+ *
+ * Training: B random contiguous windows of T + 1 tokens from /train, drawn
+ * from a seeded stream; the stream state (RNG + windows drawn) is part of a
+ * checkpoint so a resumed run sees the same batches.
+ * Evaluation: a deterministic sweep of non-overlapping windows of /val. */
+#ifndef DATA_LOADER_H
+#define DATA_LOADER_H
+
+#include <stdint.h>
+
+#include "core/rng.h"
+#include "data/tokens.h"
+
+typedef struct data_loader {
+    data_tokens *tokens;
+    int64_t batch_size;
+    int64_t seq_len;
+    dt_rng rng;
+    uint64_t windows_drawn;
+    int32_t *window;         /* [T + 1] staging buffer */
+} data_loader;
+
+/* Fails when the train split is shorter than T + 1 tokens. */
+dt_status data_loader_init(data_loader *loader, data_tokens *tokens, int64_t batch_size, int64_t seq_len,
+                           uint64_t seed);
+void data_loader_free(data_loader *loader);
+/* inputs, targets int32 [B, T]: targets are inputs shifted by one. */
+dt_status data_loader_next(data_loader *loader, int32_t *inputs, int32_t *targets);
+
+/* Number of non-overlapping windows of T + 1 tokens in a split (window i starts at i*T). */
+int64_t data_split_windows(const data_tokens *tokens, data_split split, int64_t seq_len);
+/* inputs, targets [T] of window i of the split. */
+dt_status data_split_window(data_tokens *tokens, data_split split, int64_t index, int64_t seq_len,
+                            int32_t *inputs, int32_t *targets);
+
+#endif

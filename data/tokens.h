@@ -1,0 +1,34 @@
+/* Token dataset files (SPEC §5): root attribute format = "dbranch-tokens",
+ * 1-D unsigned datasets /train and /val, the tokenizer inside. Reads go
+ * through HDF5 hyperslabs, so files larger than memory work. */
+#ifndef DATA_TOKENS_H
+#define DATA_TOKENS_H
+
+#include <hdf5.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "data/tokenizer.h"
+
+typedef enum { SPLIT_TRAIN = 0, SPLIT_VAL = 1 } data_split;
+
+typedef struct data_tokens {
+    char path[4096];
+    hid_t file;
+    hid_t split_dataset[2];  /* /train, /val */
+    int64_t split_length[2]; /* tokens in each split */
+    int64_t vocab_size;
+    data_tokenizer tokenizer;
+} data_tokens;
+
+/* Writes a dataset file (via PATH.tmp + rename). source: free text naming the corpus. */
+dt_status data_tokens_write(const char *path, const data_tokenizer *tok, const int32_t *train, int64_t n_train,
+                            const int32_t *val, int64_t n_val, const char *source);
+
+/* Opens and validates (format attribute, both splits, vocab, token ids < vocab_size is checked on read). */
+dt_status data_tokens_open(data_tokens *tokens, const char *path);
+void data_tokens_close(data_tokens *tokens);
+/* out[count] = split[start .. start + count) ; a token >= vocab_size is an error naming the file. */
+dt_status data_tokens_read(data_tokens *tokens, data_split split, int64_t start, int64_t count, int32_t *out);
+
+#endif
