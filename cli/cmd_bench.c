@@ -1,14 +1,29 @@
-/* dbranch bench <what>: dispatches to the benchmark suites. */
+/* dbranch bench <suite>: dispatches to the benchmark suites in eval/ (and train/). */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "eval/bench.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: dbranch bench <suite> [options]   (dbranch bench <suite> --help)\n\n"
+            "suites:\n"
+            "  kernels   GEMM wrapper vs raw BLIS, attention forward+backward (GFLOP/s)\n"
+            "  decode    baseline vs grouped vs un-grouped Decode-Branch decode\n");
+}
 
 int cmd_bench(int argc, char **argv) {
-    if (argc < 1 || cli_wants_help(1, argv)) {
-        printf("usage: dbranch bench <kernels> [options]\n");
-        return argc < 1 ? 2 : 0;
+    if (argc < 1) {
+        usage(stderr);
+        return 2;
     }
-    fprintf(stderr, "dbranch bench: unknown benchmark '%s'\n", argv[0]);
+    if (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[0], "kernels")) return bench_kernels_main(argc - 1, argv + 1);
+    if (!strcmp(argv[0], "decode")) return bench_decode_main(argc - 1, argv + 1);
+    fprintf(stderr, "dbranch bench: unknown suite '%s' (try dbranch bench --help)\n", argv[0]);
     return 2;
 }

@@ -10,7 +10,13 @@ typedef struct cli_command {
     int (*run)(int argc, char **argv);
 } cli_command;
 
+int cmd_prepare(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_check_reference(int argc, char **argv);
 
 /* Shared helpers. */
 int cli_wants_help(int argc, char **argv);

@@ -6,7 +6,13 @@
 #include "core/error.h"
 
 static const cli_command commands[] = {
-    {"bench", "benchmarks: kernels (GEMM, attention)", cmd_bench},
+    {"prepare", "tokenize a corpus into a token dataset file", cmd_prepare},
+    {"train", "train a model (baseline or Decode-Branch)", cmd_train},
+    {"eval", "validation loss of a model on a dataset", cmd_eval},
+    {"generate", "sample text from a model", cmd_generate},
+    {"bench", "benchmarks: kernels, decode, train", cmd_bench},
+    {"info", "parameter counts, FLOPs and decode bytes of a model", cmd_info},
+    {"check-reference", "compare a model against a reference file (SPEC §5)", cmd_check_reference},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 
