@@ -127,6 +127,7 @@ dt_status h5_read_attr_string(hid_t loc, const char *name, char *value, size_t c
         char *text = NULL;
         hid_t mem = H5Tcopy(H5T_C_S1);
         H5Tset_size(mem, H5T_VARIABLE);
+        H5Tset_cset(mem, H5Tget_cset(type)); /* HDF5 does not convert UTF-8 <-> ASCII (h5py writes UTF-8) */
         if (H5Aread(attr, mem, &text) < 0 || !text) {
             status = dt_errorf("cannot read attribute '%s'", name);
         } else {
@@ -143,6 +144,7 @@ dt_status h5_read_attr_string(hid_t loc, const char *name, char *value, size_t c
             hid_t mem = H5Tcopy(H5T_C_S1);
             H5Tset_size(mem, size + 1);
             H5Tset_strpad(mem, H5T_STR_NULLTERM);
+            H5Tset_cset(mem, H5Tget_cset(type));
             memset(buf, 0, sizeof buf);
             if (H5Aread(attr, mem, buf) < 0) status = dt_errorf("cannot read attribute '%s'", name);
             else snprintf(value, capacity, "%s", buf);

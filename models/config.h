@@ -36,9 +36,18 @@ typedef struct model_config {
     model_branch_emb branch_emb;
     int detach_primary;
     int alpha_detach;
+    /* Which keys model_config_set() has set (bit i = key i of the SPEC §4
+     * order, see model_config_key()). Setting `family` re-applies that
+     * family's defaults to the keys not set explicitly, so a config file may
+     * name the family before or after the other keys. */
+    uint32_t explicit_keys;
 } model_config;
 
-/* Defaults of SPEC §4 for a family (small sizes; callers set the sizes). */
+/* Defaults of SPEC §4 for a family (small sizes; callers set the sizes).
+ * n_kv_head = 0 and d_ff = 0 mean "derive" (validate fills n_kv_head =
+ * n_head, d_ff = 4C for nanogpt and the llama2.c width for llama/moe), and
+ * top_k_branch = 0 means top_k, so changing d_model or n_head alone keeps a
+ * consistent config. */
 model_config model_config_default(model_family family);
 
 /* Sets one key from its text value ("nanogpt", "384", "0.5", "on", ...).
@@ -48,8 +57,23 @@ dt_status model_config_set(model_config *config, const char *key, const char *va
 int model_config_has_key(const char *key);
 
 /* Every inconsistent combination is an error naming the key and value. Fills
- * neutral values for keys that do not apply (SPEC §4) before checking. */
+ * neutral values for keys that do not apply (SPEC §4) before checking: the
+ * derived sizes above, n_expert = top_k = top_k_branch = 0 for dense
+ * families, and without a branch the branch keys' defaults (moe:
+ * top_k_branch = top_k). */
 dt_status model_config_validate(model_config *config);
+
+/* The keys of SPEC §4 in a fixed order (the order of /config attributes and
+ * of `dbranch info`): i in 0..model_config_key_count()-1. */
+typedef enum { MODEL_KEY_INT = 0, MODEL_KEY_REAL = 1, MODEL_KEY_WORD = 2 } model_key_kind;
+int model_config_key_count(void);
+const char *model_config_key(int index);
+/* How the key is stored in a checkpoint: int64, float64 or string attribute
+ * (couple/share as "on"/"off"; tie_embeddings, detach_primary, alpha_detach as 0/1). */
+model_key_kind model_config_key_kind(int index);
+/* The value of a key as text, in the form model_config_set() accepts
+ * (integers "%lld", reals in the shortest form that round-trips exactly, words). */
+dt_status model_config_get(const model_config *config, const char *key, char *text, int capacity);
 
 /* Words for the enums (as stored in checkpoints). */
 const char *model_family_name(model_family family);

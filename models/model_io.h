@@ -19,6 +19,12 @@ dt_status model_read_h5(model *m, hid_t file, const char *path_for_errors);
 dt_status model_save(const model *m, const char *path);
 dt_status model_load(model *m, const char *path);
 
+/* Checks the root attributes format = "dbranch-checkpoint" and format_version
+ * of an open file (a token dataset or another HDF5 file is a clear error). */
+dt_status model_check_format_h5(hid_t file, const char *path_for_errors);
+/* Only the validated /config of a model file (no parameters are allocated). */
+dt_status model_load_config(model_config *config, const char *path);
+
 
 
 

@@ -1,0 +1,62 @@
+/* Figures of a model computed from its configuration alone (no weights are
+ * allocated, so they work for any size): parameter counts per group and per
+ * layer, FLOPs per token for prefill and per decode step, and the bytes of
+ * weights and KV cache a decode step reads, for the baseline and for
+ * Decode-Branch decode grouped and un-grouped (SPEC §2 "Grouped decode").
+ * `dbranch info` prints them; the decode benchmark and the experiments use
+ * them to turn measured times into bandwidths and FLOP rates. */
+#ifndef MODEL_MODEL_INFO_H
+#define MODEL_MODEL_INFO_H
+
+#include <stdint.h>
+
+#include "models/config.h"
+
+typedef struct model_info {
+    model_config config; /* validated copy */
+    int64_t context;     /* KV positions each decode query reads */
+
+    /* Parameter counts (floats), as model_create would allocate them. */
+    int64_t params_primary;       /* everything the baseline model has */
+    int64_t params_branch;        /* branch-only: branch.tok_emb, coupling vectors, share = off copies */
+    int64_t params_total;
+    int64_t layer_params_primary; /* one layer (all layers are alike) */
+    int64_t layer_params_branch;  /* one layer: coupling vectors + share = off copies */
+    int64_t other_params_primary; /* outside the layers: tok_emb, pos_emb, final_norm, lm_head */
+    int64_t other_params_branch;  /* outside the layers: branch.tok_emb */
+
+    /* Matrix parameters one token multiplies through (MoE: router + the
+     * experts it uses). FLOPs below are 2 per multiply-add; norms,
+     * activations, softmax and the coupling products are left out (O(C) per
+     * token against O(C^2)). */
+    int64_t matmul_params_primary; /* per token: attention q,k,v,o + FFN + LM head */
+    int64_t matmul_params_branch;  /* per branch row: q, o, FFN (top_k_branch experts) + LM head; no K/V */
+    /* Prefill, primary only, per token at T = block_size:
+     * 2 * matmul_params_primary + n_layer * 4 * T * H*hd (q.k and p.v over T keys). */
+    double prefill_flops_per_token;
+    /* One decode step at `context`: attention reads `context` keys. */
+    double decode_flops_baseline;   /* 2 * matmul_params_primary + n_layer * 4 * context * H*hd */
+    double decode_flops_branch;     /* baseline + 2 * matmul_params_branch + n_layer * 4 * context * H*hd */
+
+    /* Bytes of weights read per decode step (float32): every tensor the step
+     * touches once, vectors included; an embedding contributes one row. */
+    double weight_bytes_baseline;
+    double weight_bytes_grouped;   /* Decode-Branch, both rows per weight load */
+    double weight_bytes_ungrouped; /* Decode-Branch, two separate passes: the sum */
+    /* Experts loaded per MoE layer per step (0 for dense families). Grouped
+     * with replay: the union of the primary's top_k and the branch's
+     * top_k_branch, which replay takes from the same ranking: max(top_k,
+     * top_k_branch). With own routing the union depends on the tokens:
+     * min(n_expert, top_k + top_k_branch) is its upper bound, used here. */
+    int64_t experts_baseline, experts_grouped, experts_ungrouped;
+
+    /* KV-cache bytes read per decode step: n_layer * 2 * context * Hkv*hd * 4.
+     * Grouped: both queries in one pass over the cache; un-grouped: twice. */
+    double kv_bytes_baseline, kv_bytes_grouped, kv_bytes_ungrouped;
+} model_info;
+
+/* Validates a copy of *config and fills *info. context <= 0 means block_size;
+ * a context beyond block_size is an error (the model has no positions there). */
+dt_status model_info_compute(const model_config *config, int64_t context, model_info *info);
+
+#endif

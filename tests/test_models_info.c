@@ -1,0 +1,259 @@
+/* Tests of the model figures (models/model_info.h): parameter counts against
+ * the registry (model_create) and against published model sizes, FLOPs and
+ * decode bytes against closed forms written out here from the formulas of the
+ * brief, and the grouped-decode expert union of SPEC §2. When the dbranch
+ * binary is built, `dbranch info` is run on a config file and a model file. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "models/model.h"
+#include "models/model_info.h"
+#include "models/model_io.h"
+
+static void set_pairs(model_config *c, const char *pairs) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", pairs);
+    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+        char *eq = strchr(tok, '=');
+        cr_assert(eq);
+        *eq = '\0';
+        cr_assert_eq(model_config_set(c, tok, eq + 1), DT_OK, "%s: %s", tok, dt_error_message());
+    }
+}
+
+static model_config config_of(model_family family, const char *pairs) {
+    model_config c = model_config_default(family);
+    set_pairs(&c, "vocab_size=40 block_size=12 n_layer=3 d_model=16 n_head=4");
+    if (family != FAMILY_NANOGPT) set_pairs(&c, "n_kv_head=2 d_ff=24");
+    if (family == FAMILY_MOE) set_pairs(&c, "n_expert=4 top_k=2");
+    set_pairs(&c, pairs);
+    return c;
+}
+
+/* Sum of the sizes of the registry's parameters whose names start with one of the prefixes. */
+static int64_t registry_sum(const model *m, const char *prefix, const char *exclude) {
+    int64_t total = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const char *name = m->params[i].name;
+        if (strncmp(name, prefix, strlen(prefix)) != 0) continue;
+        if (exclude && strstr(name, exclude)) continue;
+        total += m->params[i].tensor->size;
+    }
+    return total;
+}
+
+Test(info, counts_match_the_registry) {
+    const model_family families[] = {FAMILY_NANOGPT, FAMILY_LLAMA, FAMILY_MOE};
+    const char *variants[] = {"", "branch=decode", "branch=decode share=off", "branch=decode couple=off",
+                              "branch=decode branch_emb=shared tie_embeddings=1", "branch=decode share=off couple=off"};
+    for (int f = 0; f < 3; f++) {
+        for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+            model_config c = config_of(families[f], variants[v]);
+            model m;
+            model_info info;
+            cr_assert_eq(model_create(&m, &c), DT_OK, "%s", dt_error_message());
+            cr_assert_eq(model_info_compute(&c, 0, &info), DT_OK, "%s", dt_error_message());
+            const char *what = variants[v];
+            cr_assert_eq(info.params_primary, model_param_count(&m, PARAM_PRIMARY), "%d [%s]", f, what);
+            cr_assert_eq(info.params_branch, model_param_count(&m, PARAM_BRANCH), "%d [%s]", f, what);
+            cr_assert_eq(info.params_total, model_param_count(&m, -1), "%d [%s]", f, what);
+            /* Per layer: layer 1's tensors; the branch's are its coupling vectors and its copies. */
+            cr_assert_eq(info.layer_params_primary, registry_sum(&m, "layers.1.", ".branch."), "%d [%s]", f, what);
+            cr_assert_eq(info.layer_params_branch,
+                         registry_sum(&m, "layers.1.branch.", NULL) + registry_sum(&m, "branch.layers.1.", NULL),
+                         "%d [%s]", f, what);
+            cr_assert_eq(info.other_params_branch, registry_sum(&m, "branch.tok_emb", NULL));
+            cr_assert_eq(info.context, 12, "context defaults to block_size");
+            model_free(&m);
+        }
+    }
+}
+
+Test(info, counts_of_published_models) {
+    /* LLaMA-2 7B: 6,738,415,616 parameters. */
+    model_config llama = model_config_default(FAMILY_LLAMA);
+    set_pairs(&llama, "vocab_size=32000 block_size=4096 n_layer=32 n_head=32 d_model=4096 d_ff=11008");
+    model_info info;
+    cr_assert_eq(model_info_compute(&llama, 0, &info), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(info.params_total, INT64_C(6738415616));
+    cr_assert_eq(info.params_branch, 0);
+
+    /* Mixtral 8x7B: 46,702,792,704 parameters; the matrices one token uses
+     * (2 of 8 experts, router, attention, head) come to 12,748,587,008. */
+    model_config mixtral = model_config_default(FAMILY_MOE);
+    set_pairs(&mixtral, "vocab_size=32000 block_size=4096 n_layer=32 n_head=32 n_kv_head=8 d_model=4096 d_ff=14336 "
+                        "n_expert=8 top_k=2 rope_theta=1000000");
+    cr_assert_eq(model_info_compute(&mixtral, 0, &info), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(info.params_total, INT64_C(46702792704));
+    cr_assert_eq(info.matmul_params_primary, INT64_C(12748587008));
+
+    /* GPT-2 small: 124,439,808 (tied head). */
+    model_config gpt2 = model_config_default(FAMILY_NANOGPT);
+    set_pairs(&gpt2, "vocab_size=50257 block_size=1024 n_layer=12 n_head=12 d_model=768");
+    cr_assert_eq(model_info_compute(&gpt2, 0, &info), DT_OK);
+    cr_assert_eq(info.params_total, INT64_C(124439808));
+    /* Prefill at T = 1024: 2 * (12 layers * 12 C^2 + V C) + 12 * 4 * 1024 * 768. */
+    cr_assert_eq(info.prefill_flops_per_token, 2.0 * (12.0 * 12 * 768 * 768 + 50257.0 * 768) + 12.0 * 4 * 1024 * 768);
+}
+
+/* Reference 07: llama, C = 32, H = 4, Hkv = 2, hd = 8, F = 64, V = 56, L = 3, T = 16, branch decode. */
+Test(info, llama_branch_figures_by_hand) {
+    model_config c;
+    const char *root = getenv("DBRANCH_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/reference/07_llama_branch_alpha_fixed.h5", root ? root : ".");
+    cr_assert_eq(model_load_config(&c, path), DT_OK, "%s", dt_error_message());
+    model_info info;
+    cr_assert_eq(model_info_compute(&c, 0, &info), DT_OK);
+    /* Matrices per token: q 32x32, k and v 16x32, o 32x32, w1 w3 w2 64x32 each; head 56x32. */
+    const double primary = 3.0 * (32 * 32 + 2 * 16 * 32 + 32 * 32 + 3 * 64 * 32) + 56 * 32; /* 29440 */
+    const double branch = 3.0 * (32 * 32 + 32 * 32 + 3 * 64 * 32) + 56 * 32;                /* 26368 */
+    cr_assert_eq((double)info.matmul_params_primary, primary);
+    cr_assert_eq((double)info.matmul_params_branch, branch);
+    const double attention = 3.0 * 4 * 16 * 32; /* L * 4 * T * H*hd */
+    cr_assert_eq(info.prefill_flops_per_token, 2 * primary + attention);
+    cr_assert_eq(info.decode_flops_baseline, 2 * primary + attention);
+    cr_assert_eq(info.decode_flops_branch, 2 * primary + attention + 2 * branch + attention);
+
+    /* Weights read (floats): per layer 2 norms of 32, q, k, v, o, the three FFN matrices;
+     * one tok_emb row, final norm, head. */
+    const double layer = 2 * 32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 3 * 64 * 32; /* 9280 */
+    const double baseline = 3 * layer + 32 + 32 + 56 * 32;
+    cr_assert_eq(info.weight_bytes_baseline, 4 * baseline);
+    /* Grouped: the same once, plus a branch.tok_emb row and the coupling vectors (32 + 64 + 32 per layer). */
+    cr_assert_eq(info.weight_bytes_grouped, 4 * (baseline + 32 + 3 * (32 + 64 + 32)));
+    /* Un-grouped: the branch pass reads norms, q, o, FFN, coupling, its row, final norm and head again. */
+    const double branch_pass = 3 * (2 * 32 + 32 * 32 + 32 * 32 + 3 * 64 * 32 + 128) + 32 + 32 + 56 * 32;
+    cr_assert_eq(info.weight_bytes_ungrouped, 4 * (baseline + branch_pass));
+    /* KV: 3 layers x (K and V) x 16 positions x Hkv*hd = 16 floats. */
+    cr_assert_eq(info.kv_bytes_baseline, 4.0 * 3 * 2 * 16 * 16);
+    cr_assert_eq(info.kv_bytes_grouped, info.kv_bytes_baseline);
+    cr_assert_eq(info.kv_bytes_ungrouped, 2 * info.kv_bytes_baseline);
+
+    /* A shorter context reads less cache and attends over fewer keys. */
+    cr_assert_eq(model_info_compute(&c, 5, &info), DT_OK);
+    cr_assert_eq(info.kv_bytes_baseline, 4.0 * 3 * 2 * 5 * 16);
+    cr_assert_eq(info.decode_flops_baseline, 2 * primary + 3.0 * 4 * 5 * 32);
+    cr_assert_eq(model_info_compute(&c, 17, &info), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "block_size"));
+}
+
+Test(info, nanogpt_includes_biases_and_position_row) {
+    /* C = 16, H = 4 (hd 4), F = 64, V = 40, L = 3, T = 12, tied. */
+    model_config c = config_of(FAMILY_NANOGPT, "");
+    model_info info;
+    cr_assert_eq(model_info_compute(&c, 0, &info), DT_OK);
+    const double layer = 4 * 16 /* 2 LayerNorms, weight + bias */ + 4 * (16 * 16 + 16) /* q k v o + biases */ +
+                         (64 * 16 + 64) + (16 * 64 + 16) /* fc, proj + biases */;
+    const double baseline = 3 * layer + 16 + 16 /* tok_emb and pos_emb rows */ + 2 * 16 /* final LN */ + 40 * 16;
+    cr_assert_eq(info.weight_bytes_baseline, 4 * baseline);
+    cr_assert_eq(info.weight_bytes_grouped, info.weight_bytes_baseline, "no branch: nothing added");
+    cr_assert_eq(info.decode_flops_branch, info.decode_flops_baseline);
+}
+
+Test(info, moe_grouped_decode_loads_the_union_of_experts) {
+    /* E = 4, F = 24, C = 16, L = 3. One expert = 3 * 24 * 16 floats. */
+    const double expert = 3.0 * 24 * 16, couple = 16 + 16; /* couple_q [H*hd] and couple_out [C]; no couple_hidden */
+    const struct {
+        const char *pairs;
+        int64_t grouped, ungrouped;
+    } cases[] = {
+        {"branch=decode top_k=1 top_k_branch=2", 2, 3},                     /* superset: the union is 2 */
+        {"branch=decode top_k=2 top_k_branch=1", 2, 3},                     /* subset */
+        {"branch=decode top_k=2 top_k_branch=2", 2, 4},                     /* exactly the primary's */
+        {"branch=decode top_k=2 top_k_branch=3 branch_routing=own", 4, 5},  /* own: bound min(E, 2 + 3) */
+        {"branch=decode top_k=1 top_k_branch=1 branch_routing=own", 2, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_config c = config_of(FAMILY_MOE, cases[i].pairs);
+        model_info info;
+        cr_assert_eq(model_info_compute(&c, 0, &info), DT_OK, "%s", dt_error_message());
+        cr_assert_eq(info.experts_baseline, info.config.top_k);
+        cr_assert_eq(info.experts_grouped, cases[i].grouped, "%s", cases[i].pairs);
+        cr_assert_eq(info.experts_ungrouped, cases[i].ungrouped, "%s", cases[i].pairs);
+        /* Grouped reads the extra experts, the coupling vectors and one branch row beyond the baseline. */
+        double extra = 3 * ((double)(cases[i].grouped - info.config.top_k) * expert + couple) + 16;
+        cr_assert_eq(info.weight_bytes_grouped - info.weight_bytes_baseline, 4 * extra, "%s", cases[i].pairs);
+        cr_assert(info.weight_bytes_ungrouped > info.weight_bytes_grouped);
+        /* The branch row's FLOPs: q, o, router and top_k_branch experts per layer, and the head. */
+        double branch = 3 * (16 * 16 + 16 * 16 + 4 * 16 + (double)info.config.top_k_branch * expert) + 40 * 16;
+        cr_assert_eq((double)info.matmul_params_branch, branch, "%s", cases[i].pairs);
+    }
+
+    /* share = off: the branch's own router and experts are other tensors; nothing is shared but norms and head. */
+    model_config c = config_of(FAMILY_MOE, "branch=decode share=off top_k=2 top_k_branch=1");
+    model_info info;
+    cr_assert_eq(model_info_compute(&c, 0, &info), DT_OK);
+    cr_assert_eq(info.experts_grouped, 3);
+    double own = 3 * (16 * 16 + 16 * 16 + 4 * 16 + 1 * expert + couple) + 16;
+    cr_assert_eq(info.weight_bytes_grouped - info.weight_bytes_baseline, 4 * own);
+}
+
+/* ---------- dbranch info (when the binary is built) ---------- */
+
+static int run(const char *command, char *out, size_t capacity) {
+    FILE *p = popen(command, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, capacity - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(info, cli_reads_config_files_and_models) {
+    const char *binary = getenv("DBRANCH_BINARY");
+    const char *root = getenv("DBRANCH_SOURCE_DIR");
+    if (!binary || access(binary, X_OK) != 0 || !root) cr_skip_test("dbranch binary not built");
+    char dir[] = "/tmp/dbranch_info_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char ini[300], cmd[2048], out[16384];
+    snprintf(ini, sizeof ini, "%s/model.ini", dir);
+    FILE *f = fopen(ini, "w");
+    fputs("# model of a run\nseed = 3\n[model]\nfamily = llama\nvocab_size = 56\nblock_size = 16\nn_layer = 3\n"
+          "n_head = 4\nn_kv_head = 2\nd_model = 32\nd_ff = 64\nbranch = decode\n[train]\nsteps = 10\n",
+          f);
+    fclose(f);
+
+    /* Same config as reference 07: the exact figures of llama_branch_figures_by_hand. */
+    snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", binary, ini);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "decode FLOPs 65024 / 123904"), "%s", out);
+    cr_assert(strstr(out, "KV bytes 6144 / 6144 / 12288"), "%s", out);
+
+    snprintf(cmd, sizeof cmd, "'%s' info '%s' --set share=off --context 8 2>&1", binary, ini);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "share=off"), "%s", out);
+    cr_assert(strstr(out, "decode step at context 8"), "%s", out);
+
+    snprintf(cmd, sizeof cmd, "'%s' info '%s/tests/reference/05_moe_base.h5' 2>&1", binary, root);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "family=moe"), "%s", out);
+
+    /* Bad inputs: one line naming the problem, non-zero exit. */
+    const char *bad[][2] = {{"--set n_layer=12x", "n_layer"},
+                            {"--set bogus=1", "bogus"},
+                            {"--context 99", "block_size"},
+                            {"--set n_head=3", "n_head"}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' info '%s' %s 2>&1", binary, ini, bad[i][0]);
+        cr_assert_neq(run(cmd, out, sizeof out), 0, "%s accepted", bad[i][0]);
+        cr_assert(strstr(out, "dbranch info: ") == out && strstr(out, bad[i][1]), "%s", out);
+        cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "one line: %s", out);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' info '%s/missing.h5' 2>&1", binary, dir);
+    cr_assert_neq(run(cmd, out, sizeof out), 0);
+    cr_assert(strstr(out, "no such file"), "%s", out);
+    f = fopen(ini, "w");
+    fputs("[model]\nn_layers = 3\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", binary, ini);
+    cr_assert_neq(run(cmd, out, sizeof out), 0);
+    cr_assert(strstr(out, "n_layers") && strstr(out, ":2:"), "%s", out);
+
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
