@@ -71,7 +71,15 @@ ag_node *ag_record(ag_ctx *ctx, const char *op, ag_backward_fn backward, dt_tens
 
 float *ag_grad(ag_ctx *ctx, dt_tensor *t) {
     if (!t || !t->requires_grad || t->dtype != DT_F32) return NULL;
-    if (!t->grad) t->grad = dt_arena_calloc(&ctx->arena, (size_t)t->size * sizeof(float));
+    if (!t->grad) {
+        /* A heap tensor's gradient must outlive the step (and dt_tensor_free
+         * frees it): give it a heap buffer, once, never an arena one. */
+        if (t->heap_owned) {
+            if (dt_tensor_alloc_grad(t) != DT_OK) return NULL;
+        } else {
+            t->grad = dt_arena_calloc(&ctx->arena, (size_t)t->size * sizeof(float));
+        }
+    }
     return t->grad;
 }
 
@@ -79,6 +87,13 @@ dt_status ag_backward(ag_ctx *ctx, dt_tensor *loss) {
     if (!loss) return DT_ERR; /* the forward already recorded why */
     if (loss->size != 1) return dt_errorf("backward: loss has %lld elements (must be a scalar)", (long long)loss->size);
     if (!loss->requires_grad) return dt_errorf("backward: loss does not depend on any parameter");
+    /* A second backward over the same tape must not add onto the activation
+     * gradients of the first (parameters, which are no node's output, keep
+     * accumulating). On a first backward no node output has a gradient yet. */
+    for (int i = 0; i < ctx->n_nodes; i++) {
+        dt_tensor *out = ctx->nodes[i]->out;
+        if (out->grad) memset(out->grad, 0, (size_t)out->size * sizeof(float));
+    }
     float *seed = ag_grad(ctx, loss);
     if (!seed) return dt_errorf("backward: out of memory");
     seed[0] += 1.0f;
