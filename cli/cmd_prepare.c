@@ -1,11 +1,171 @@
-/* dbranch prepare: tokenize a corpus into a token dataset file. */
+/* dbranch prepare: read a corpus (files or a preset), split it into train and
+ * val blocks, learn a tokenizer on the train part, encode both parts and write
+ * a token dataset file (SPEC §5). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "cli/commands.h"
+#include "data/corpus.h"
+#include "data/tokenizer.h"
+#include "data/tokens.h"
+
+enum { MAX_INPUTS = 4096 };
+
+static void print_help(void) {
+    printf("usage: dbranch prepare (--input FILE... | --preset kjv|pycode) [--tokenizer byte|bpe] [--vocab N]\n"
+           "                       [--val-fraction F] --out DATA.h5\n"
+           "\n"
+           "Tokenizes a corpus into a token dataset file (HDF5, SPEC §5).\n"
+           "\n"
+           "  --input FILE...     one or more files, concatenated in the given order\n"
+           "  --preset kjv        the King James Bible: stdout of `bible \"Genesis 1:1-Revelation 22:21\"`\n"
+           "                      (Debian package bible-kjv)\n"
+           "  --preset pycode     every *.py file of python3's standard library (sysconfig 'stdlib'),\n"
+           "                      without site-packages, dist-packages and test directories, sorted\n"
+           "                      bytewise by relative path and concatenated\n"
+           "  --tokenizer KIND    byte (V = 256, default) or bpe (byte-level BPE, GPT-2 style pre-split)\n"
+           "  --vocab N           BPE vocabulary size, 256..65536 (default 4096)\n"
+           "  --val-fraction F    fraction of the corpus held out for validation, in (0, 1) (default 0.05)\n"
+           "  --out PATH          the token file to write (written as PATH.tmp, then renamed)\n"
+           "\n"
+           "Split: the raw corpus is cut into P = min(20, max(1, bytes / 64 KiB)) equal parts (at line\n"
+           "starts); the last F of each part (from a line start) is validation, the rest training. Both are\n"
+           "contiguous blocks of text spread over the whole corpus, never shuffled bytes. BPE merges are\n"
+           "learned on the training text only, so the validation loss is honest.\n");
+}
+
+static double seconds_now(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+}
+
+static int fail(const char *message_format, const char *value) {
+    fprintf(stderr, "dbranch prepare: ");
+    fprintf(stderr, message_format, value);
+    fprintf(stderr, "\n");
+    return 1;
+}
+
+static int starts_option(const char *arg) { return arg[0] == '-' && arg[1] == '-'; }
 
 int cmd_prepare(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "dbranch prepare: not implemented yet\n");
-    return 2;
+    if (cli_wants_help(argc, argv)) {
+        print_help();
+        return 0;
+    }
+    const char *inputs[MAX_INPUTS];
+    int n_inputs = 0;
+    const char *preset = NULL, *tokenizer_kind = "byte", *out_path = NULL;
+    const char *vocab_text = NULL, *fraction_text = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        int has_value = i + 1 < argc && !starts_option(argv[i + 1]);
+        if (!strcmp(arg, "--input")) {
+            if (!has_value) return fail("%s needs at least one file", arg);
+            while (i + 1 < argc && !starts_option(argv[i + 1])) {
+                if (n_inputs == MAX_INPUTS) return fail("too many input files (at most %s)", "4096");
+                inputs[n_inputs++] = argv[++i];
+            }
+        } else if (!strcmp(arg, "--preset") || !strcmp(arg, "--tokenizer") || !strcmp(arg, "--vocab") ||
+                   !strcmp(arg, "--val-fraction") || !strcmp(arg, "--out")) {
+            if (!has_value) return fail("%s needs a value", arg);
+            const char *value = argv[++i];
+            if (!strcmp(arg, "--preset"))
+                preset = value;
+            else if (!strcmp(arg, "--tokenizer"))
+                tokenizer_kind = value;
+            else if (!strcmp(arg, "--vocab"))
+                vocab_text = value;
+            else if (!strcmp(arg, "--val-fraction"))
+                fraction_text = value;
+            else
+                out_path = value;
+        } else {
+            return fail("unknown argument '%s' (try dbranch prepare --help)", arg);
+        }
+    }
+
+    /* Validate everything before reading a byte. */
+    if (!out_path) return fail("%s", "--out PATH is required");
+    if (preset && n_inputs) return fail("%s", "use either --input or --preset, not both");
+    if (!preset && !n_inputs) return fail("%s", "give --input FILE... or --preset kjv|pycode");
+    if (preset && strcmp(preset, "kjv") && strcmp(preset, "pycode"))
+        return fail("unknown preset '%s' (expected kjv or pycode)", preset);
+    int is_bpe = !strcmp(tokenizer_kind, "bpe");
+    if (!is_bpe && strcmp(tokenizer_kind, "byte"))
+        return fail("unknown tokenizer '%s' (expected byte or bpe)", tokenizer_kind);
+    long long vocab = is_bpe ? 4096 : 256;
+    if (vocab_text) {
+        char *end = NULL;
+        errno = 0;
+        vocab = strtoll(vocab_text, &end, 10);
+        if (errno || end == vocab_text || *end) return fail("--vocab '%s' is not an integer", vocab_text);
+        if (!is_bpe && vocab != 256) return fail("--vocab %s: the byte tokenizer has exactly 256 tokens", vocab_text);
+        if (vocab < 256 || vocab > 65536) return fail("--vocab %s is outside [256, 65536]", vocab_text);
+    }
+    double val_fraction = 0.05;
+    if (fraction_text) {
+        char *end = NULL;
+        val_fraction = strtod(fraction_text, &end);
+        if (end == fraction_text || *end) return fail("--val-fraction '%s' is not a number", fraction_text);
+        if (!(val_fraction > 0.0 && val_fraction < 1.0))
+            return fail("--val-fraction %s is outside (0, 1)", fraction_text);
+    }
+
+    double t_start = seconds_now();
+    data_corpus corpus;
+    dt_status status = preset ? data_corpus_preset(&corpus, preset) : data_corpus_read_files(&corpus, inputs, n_inputs);
+    if (status != DT_OK) return cli_fail("prepare");
+    double t_read = seconds_now();
+
+    uint8_t *train_text = NULL, *val_text = NULL;
+    size_t n_train_bytes = 0, n_val_bytes = 0;
+    if (data_corpus_split(corpus.bytes, corpus.n_bytes, val_fraction, &train_text, &n_train_bytes, &val_text,
+                          &n_val_bytes) != DT_OK) {
+        data_corpus_free(&corpus);
+        return cli_fail("prepare");
+    }
+
+    data_tokenizer tok;
+    status = is_bpe ? data_tokenizer_train_bpe(&tok, train_text, n_train_bytes, vocab) : data_tokenizer_byte(&tok);
+    double t_tokenizer = seconds_now();
+    int32_t *train_tokens = NULL, *val_tokens = NULL;
+    int64_t n_train = 0, n_val = 0;
+    if (status == DT_OK) status = data_tokenizer_encode(&tok, train_text, n_train_bytes, &train_tokens, &n_train);
+    if (status == DT_OK) status = data_tokenizer_encode(&tok, val_text, n_val_bytes, &val_tokens, &n_val);
+    double t_encode = seconds_now();
+    if (status == DT_OK)
+        status = data_tokens_write(out_path, &tok, train_tokens, n_train, val_tokens, n_val, corpus.source);
+    double t_write = seconds_now();
+
+    int exit_code = 0;
+    if (status != DT_OK) {
+        exit_code = cli_fail("prepare");
+    } else {
+        int64_t n_tokens = n_train + n_val;
+        printf("dbranch prepare: %s\n", corpus.source);
+        printf("  bytes        %zu (train %zu, val %zu; %lld blocks)\n", corpus.n_bytes, n_train_bytes, n_val_bytes,
+               (long long)data_corpus_split_parts(corpus.n_bytes));
+        printf("  tokenizer    %s, vocab %lld", is_bpe ? "bpe" : "byte", (long long)tok.vocab_size);
+        if (is_bpe && tok.vocab_size < vocab) printf(" (asked %lld: the corpus ran out of pairs)", vocab);
+        printf("\n");
+        printf("  tokens       %lld (train %lld, val %lld)\n", (long long)n_tokens, (long long)n_train,
+               (long long)n_val);
+        printf("  bytes/token  %.3f (train %.3f, val %.3f)\n", (double)corpus.n_bytes / (double)n_tokens,
+               (double)n_train_bytes / (double)n_train, (double)n_val_bytes / (double)n_val);
+        printf("  time         %.2f s (read %.2f, tokenizer %.2f, encode %.2f, write %.2f)\n", t_write - t_start,
+               t_read - t_start, t_tokenizer - t_read, t_encode - t_tokenizer, t_write - t_encode);
+        printf("  wrote        %s\n", out_path);
+    }
+    free(train_tokens);
+    free(val_tokens);
+    data_tokenizer_free(&tok);
+    free(train_text);
+    free(val_text);
+    data_corpus_free(&corpus);
+    return exit_code;
 }

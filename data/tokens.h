@@ -19,6 +19,7 @@ typedef struct data_tokens {
     int64_t split_length[2]; /* tokens in each split */
     int64_t vocab_size;
     data_tokenizer tokenizer;
+    int split_token_size[2]; /* bytes per stored token (2: uint16, 4: uint32); reads use the matching native type */
 } data_tokens;
 
 /* Writes a dataset file (via PATH.tmp + rename). source: free text naming the corpus. */

@@ -1,0 +1,76 @@
+/* Batch loader (data/loader.h).
+ *
+ * Training windows: each of the B rows is a contiguous slice of T + 1 tokens
+ * of /train whose start is uniform in [0, n_train - T - 1], drawn with the
+ * loader's own dt_rng (seeded from the run seed). One draw per window, so
+ * (rng, windows_drawn) is the whole stream state: copy both into a freshly
+ * initialised loader and it continues the identical stream.
+ * Validation: window i of a split starts at i*T and holds T + 1 tokens, so the
+ * windows tile the split without overlap (each target is predicted once). */
+#include "data/loader.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+dt_status data_loader_init(data_loader *loader, data_tokens *tokens, int64_t batch_size, int64_t seq_len,
+                           uint64_t seed) {
+    memset(loader, 0, sizeof *loader);
+    if (batch_size < 1 || seq_len < 1)
+        return dt_errorf("loader: batch_size %lld and seq_len %lld must be >= 1", (long long)batch_size,
+                         (long long)seq_len);
+    int64_t n_train = tokens->split_length[SPLIT_TRAIN];
+    if (n_train < seq_len + 1)
+        return dt_errorf("%s: /train has %lld tokens, fewer than seq_len + 1 = %lld", tokens->path, (long long)n_train,
+                         (long long)(seq_len + 1));
+    loader->window = malloc((size_t)(seq_len + 1) * sizeof *loader->window);
+    if (!loader->window) return dt_errorf("loader: out of memory for a window of %lld tokens", (long long)seq_len);
+    loader->tokens = tokens;
+    loader->batch_size = batch_size;
+    loader->seq_len = seq_len;
+    dt_rng_seed(&loader->rng, seed);
+    loader->windows_drawn = 0;
+    return DT_OK;
+}
+
+void data_loader_free(data_loader *loader) {
+    if (!loader) return;
+    free(loader->window);
+    memset(loader, 0, sizeof *loader);
+}
+
+// inputs [B, T], targets [B, T]
+dt_status data_loader_next(data_loader *loader, int32_t *inputs, int32_t *targets) {
+    const int64_t T = loader->seq_len;
+    /* Starts 0 .. n_train - T - 1 inclusive: n_train - T choices. */
+    uint64_t n_starts = (uint64_t)(loader->tokens->split_length[SPLIT_TRAIN] - T);
+    for (int64_t b = 0; b < loader->batch_size; b++) {
+        int64_t start = (int64_t)dt_rng_below(&loader->rng, n_starts);
+        loader->windows_drawn++;
+        if (data_tokens_read(loader->tokens, SPLIT_TRAIN, start, T + 1, loader->window) != DT_OK) return DT_ERR;
+        memcpy(inputs + b * T, loader->window, (size_t)T * sizeof *inputs);
+        memcpy(targets + b * T, loader->window + 1, (size_t)T * sizeof *targets);
+    }
+    return DT_OK;
+}
+
+int64_t data_split_windows(const data_tokens *tokens, data_split split, int64_t seq_len) {
+    if (seq_len < 1 || (split != SPLIT_TRAIN && split != SPLIT_VAL)) return 0;
+    int64_t n = tokens->split_length[split];
+    /* Window i needs tokens [i*T, i*T + T]: i*T + T + 1 <= n. */
+    return n >= seq_len + 1 ? (n - 1) / seq_len : 0;
+}
+
+// inputs [T], targets [T]
+dt_status data_split_window(data_tokens *tokens, data_split split, int64_t index, int64_t seq_len, int32_t *inputs,
+                            int32_t *targets) {
+    int64_t n_windows = data_split_windows(tokens, split, seq_len);
+    if (index < 0 || index >= n_windows)
+        return dt_errorf("%s: window %lld of %s is out of range (%lld windows of %lld tokens)", tokens->path,
+                         (long long)index, split == SPLIT_TRAIN ? "/train" : "/val", (long long)n_windows,
+                         (long long)seq_len);
+    int64_t start = index * seq_len;
+    /* No staging buffer: inputs holds tokens [start, start+T), targets reuses them shifted plus one more. */
+    if (data_tokens_read(tokens, split, start, seq_len, inputs) != DT_OK) return DT_ERR;
+    if (seq_len > 1) memcpy(targets, inputs + 1, (size_t)(seq_len - 1) * sizeof *targets);
+    return data_tokens_read(tokens, split, start + seq_len, 1, targets + seq_len - 1);
+}

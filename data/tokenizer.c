@@ -1,0 +1,782 @@
+/* Tokenizers (data/tokenizer.h): byte-level (V = 256) and byte-level BPE.
+ *
+ * Both work on raw bytes, so decode(encode(x)) == x for any input (invalid
+ * UTF-8, NUL bytes included): every token is a byte string, and encoding only
+ * ever joins adjacent tokens.
+ *
+ * BPE choices (written down because they change the token stream):
+ * - Pre-split, GPT-2 style, on bytes: the text is cut into chunks and merges
+ *   never cross a chunk boundary. A chunk is an English contraction ('s 't 're
+ *   've 'm 'll 'd), or an optional single leading space followed by a run of
+ *   letters (A-Z, a-z and every byte >= 0x80, so UTF-8 characters stay inside
+ *   words), of digits, or of other bytes (punctuation, control bytes), or a run
+ *   of whitespace that leaves its last byte to the next word when a word
+ *   follows (GPT-2's `\s+(?!\S)`). Chunks are capped at BPE_MAX_CHUNK bytes so
+ *   a pathological run (a megabyte of '=') costs linear time. Pre-splitting
+ *   makes training fast (it works on the distinct chunks with their counts)
+ *   and keeps tokens word-like.
+ * - Training: the most frequent adjacent pair (counted over chunk occurrences,
+ *   overlapping occurrences included, as in GPT-2/HF) is merged next; ties go
+ *   to the lowest (left id, right id). Incremental: pair counts in a hash map,
+ *   a max-heap with lazy deletion, and per pair the list of symbol positions
+ *   where it occurs; symbols of each distinct chunk form a linked list, and a
+ *   merge only touches the neighbours of its occurrences. When no pair is left
+ *   (tiny corpora) training stops early and vocab_size is smaller than asked.
+ * - Encoding: per chunk, merges are applied lowest rank first (all occurrences
+ *   of that pair, left to right), which reproduces the training segmentation;
+ *   the result for each distinct chunk is cached for the duration of the call.
+ */
+#include "data/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/h5.h"
+
+enum {
+    BYTE_VOCAB = 256,
+    BPE_MAX_CHUNK = 128,        /* bytes in one pre-split chunk */
+    TOKEN_MAX_BYTES = 1024,     /* longest token accepted from a file */
+    ENCODE_CACHE_MAX = 1 << 20, /* distinct chunks remembered by one encode call */
+};
+#define BPE_MAX_VOCAB ((int64_t)1 << 24)
+
+/* ---------------------------------------------------------------- hashing */
+
+static uint64_t hash_bytes(const uint8_t *bytes, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ bytes[i]) * 0x100000001b3ULL;
+    return h ^ (h >> 29);
+}
+
+static uint64_t hash_u64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+}
+
+static uint64_t pair_key(int32_t left, int32_t right) { return ((uint64_t)(uint32_t)left << 32) | (uint32_t)right; }
+
+/* Open-addressing map from a pair key to an int32 (pair index or merge rank). */
+typedef struct {
+    uint64_t *keys; /* EMPTY_KEY marks a free slot */
+    int32_t *values;
+    size_t capacity; /* power of two */
+    size_t count;
+} pair_map;
+
+#define EMPTY_KEY UINT64_MAX
+
+static void pair_map_free(pair_map *map) {
+    free(map->keys);
+    free(map->values);
+    memset(map, 0, sizeof *map);
+}
+
+static dt_status pair_map_init(pair_map *map, size_t expected) {
+    size_t capacity = 64;
+    while (capacity < 2 * expected)
+        capacity *= 2;
+    map->keys = malloc(capacity * sizeof *map->keys);
+    map->values = malloc(capacity * sizeof *map->values);
+    map->capacity = capacity;
+    map->count = 0;
+    if (!map->keys || !map->values) {
+        pair_map_free(map);
+        return dt_errorf("out of memory for a pair map of %zu slots", capacity);
+    }
+    memset(map->keys, 0xff, capacity * sizeof *map->keys);
+    return DT_OK;
+}
+
+static int32_t pair_map_find(const pair_map *map, uint64_t key) {
+    size_t mask = map->capacity - 1;
+    for (size_t slot = hash_u64(key) & mask;; slot = (slot + 1) & mask) {
+        if (map->keys[slot] == key) return map->values[slot];
+        if (map->keys[slot] == EMPTY_KEY) return -1;
+    }
+}
+
+static void pair_map_put_unchecked(pair_map *map, uint64_t key, int32_t value) {
+    size_t mask = map->capacity - 1;
+    size_t slot = hash_u64(key) & mask;
+    while (map->keys[slot] != EMPTY_KEY && map->keys[slot] != key)
+        slot = (slot + 1) & mask;
+    if (map->keys[slot] == EMPTY_KEY) map->count++;
+    map->keys[slot] = key;
+    map->values[slot] = value;
+}
+
+static dt_status pair_map_put(pair_map *map, uint64_t key, int32_t value) {
+    if (2 * (map->count + 1) > map->capacity) { /* keep the load under 1/2 */
+        pair_map bigger;
+        if (pair_map_init(&bigger, map->capacity) != DT_OK) return DT_ERR;
+        for (size_t i = 0; i < map->capacity; i++)
+            if (map->keys[i] != EMPTY_KEY) pair_map_put_unchecked(&bigger, map->keys[i], map->values[i]);
+        pair_map_free(map);
+        *map = bigger;
+    }
+    pair_map_put_unchecked(map, key, value);
+    return DT_OK;
+}
+
+/* --------------------------------------------------------------- pre-split */
+
+typedef enum { CLASS_SPACE, CLASS_LETTER, CLASS_DIGIT, CLASS_OTHER } byte_class;
+
+static byte_class classify(uint8_t c) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') return CLASS_SPACE;
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80) return CLASS_LETTER;
+    if (c >= '0' && c <= '9') return CLASS_DIGIT;
+    return CLASS_OTHER;
+}
+
+/* text[0] == '\'': length of a GPT-2 contraction starting there, or 0. */
+static size_t contraction_length(const uint8_t *text, size_t n) {
+    static const char *const suffixes[] = {"s", "t", "re", "ve", "m", "ll", "d"};
+    for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0]; k++) {
+        size_t len = strlen(suffixes[k]);
+        if (n > len && memcmp(text + 1, suffixes[k], len) == 0) return len + 1;
+    }
+    return 0;
+}
+
+/* Length of the chunk starting at text[0] (n >= 1 bytes remain); see the top comment. */
+static size_t chunk_length(const uint8_t *text, size_t n) {
+    size_t length = 0;
+    if (text[0] == '\'' && (length = contraction_length(text, n)) > 0) return length;
+    byte_class cls = classify(text[0]);
+    if (text[0] == ' ' && n > 1 && classify(text[1]) != CLASS_SPACE) { /* " word" keeps its space */
+        length = 1;
+        cls = classify(text[1]);
+    }
+    while (length < n && classify(text[length]) == cls)
+        length++;
+    /* A whitespace run followed by a word leaves its last byte to that word. */
+    if (cls == CLASS_SPACE && length < n && length > 1) length--;
+    return length < BPE_MAX_CHUNK ? length : BPE_MAX_CHUNK;
+}
+
+/* ------------------------------------------------- tokenizer from merges */
+
+/* What encoding needs beyond the public fields. */
+typedef struct {
+    pair_map rank; /* (left, right) -> merge rank */
+} bpe_internal;
+
+void data_tokenizer_free(data_tokenizer *tok) {
+    if (!tok) return;
+    if (tok->internal) {
+        bpe_internal *bpe = tok->internal;
+        pair_map_free(&bpe->rank);
+        free(bpe);
+    }
+    /* token_bytes[0] is the start of the one pool that holds every token's bytes. */
+    if (tok->token_bytes) free(tok->token_bytes[0]);
+    free(tok->token_bytes);
+    free(tok->token_length);
+    free(tok->merges);
+    memset(tok, 0, sizeof *tok);
+}
+
+/* Fills tok from merges[n_merges][2] (copied): byte strings, lengths, and for
+ * BPE the rank map (also with zero merges). Merge i may only use tokens
+ * < 256 + i, and no token may exceed TOKEN_MAX_BYTES. */
+static dt_status tokenizer_from_merges(data_tokenizer *tok, data_tokenizer_kind kind, const int32_t (*merges)[2],
+                                       int64_t n_merges) {
+    memset(tok, 0, sizeof *tok);
+    int64_t vocab = BYTE_VOCAB + n_merges;
+    if (n_merges < 0 || vocab > BPE_MAX_VOCAB)
+        return dt_errorf("vocab_size %lld is out of range [256, %lld]", (long long)vocab, (long long)BPE_MAX_VOCAB);
+    tok->kind = kind;
+    tok->vocab_size = vocab;
+    tok->token_length = malloc((size_t)vocab * sizeof *tok->token_length);
+    tok->token_bytes = calloc((size_t)vocab, sizeof *tok->token_bytes);
+    if (n_merges > 0) tok->merges = malloc((size_t)n_merges * sizeof *tok->merges);
+    if (!tok->token_length || !tok->token_bytes || (n_merges > 0 && !tok->merges)) goto out_of_memory;
+
+    size_t pool_size = 0;
+    for (int32_t b = 0; b < BYTE_VOCAB; b++)
+        tok->token_length[b] = 1;
+    pool_size = BYTE_VOCAB;
+    for (int64_t i = 0; i < n_merges; i++) {
+        for (int side = 0; side < 2; side++) {
+            int32_t id = merges[i][side];
+            if (id < 0 || id >= BYTE_VOCAB + i) {
+                data_tokenizer_free(tok);
+                return dt_errorf("merge %lld uses token %d, which is not defined before it", (long long)i, id);
+            }
+        }
+        int64_t length = (int64_t)tok->token_length[merges[i][0]] + tok->token_length[merges[i][1]];
+        if (length > TOKEN_MAX_BYTES) {
+            data_tokenizer_free(tok);
+            return dt_errorf("merge %lld makes a token of %lld bytes (at most %d allowed)", (long long)i,
+                             (long long)length, TOKEN_MAX_BYTES);
+        }
+        tok->token_length[BYTE_VOCAB + i] = (int32_t)length;
+        tok->merges[i][0] = merges[i][0];
+        tok->merges[i][1] = merges[i][1];
+        pool_size += (size_t)length;
+    }
+
+    uint8_t *pool = malloc(pool_size);
+    if (!pool) goto out_of_memory;
+    tok->token_bytes[0] = pool;
+    for (int32_t b = 0; b < BYTE_VOCAB; b++) {
+        tok->token_bytes[b] = pool + b;
+        pool[b] = (uint8_t)b;
+    }
+    uint8_t *cursor = pool + BYTE_VOCAB;
+    for (int64_t i = 0; i < n_merges; i++) {
+        int32_t left = merges[i][0], right = merges[i][1];
+        tok->token_bytes[BYTE_VOCAB + i] = cursor;
+        memcpy(cursor, tok->token_bytes[left], (size_t)tok->token_length[left]);
+        cursor += tok->token_length[left];
+        memcpy(cursor, tok->token_bytes[right], (size_t)tok->token_length[right]);
+        cursor += tok->token_length[right];
+    }
+
+    if (tok->kind == TOKENIZER_BPE) {
+        bpe_internal *bpe = calloc(1, sizeof *bpe);
+        if (!bpe) goto out_of_memory;
+        tok->internal = bpe;
+        if (pair_map_init(&bpe->rank, (size_t)n_merges) != DT_OK) {
+            data_tokenizer_free(tok);
+            return DT_ERR;
+        }
+        /* A duplicated merge (only in a crafted file) can never fire twice: keep the first rank. */
+        for (int64_t i = n_merges - 1; i >= 0; i--)
+            if (pair_map_put(&bpe->rank, pair_key(merges[i][0], merges[i][1]), (int32_t)i) != DT_OK) {
+                data_tokenizer_free(tok);
+                return DT_ERR;
+            }
+    }
+    return DT_OK;
+
+out_of_memory:
+    data_tokenizer_free(tok);
+    return dt_errorf("out of memory building a tokenizer of %lld tokens", (long long)vocab);
+}
+
+dt_status data_tokenizer_byte(data_tokenizer *tok) { return tokenizer_from_merges(tok, TOKENIZER_BYTE, NULL, 0); }
+
+/* ---------------------------------------------------------- BPE training */
+
+/* Distinct pre-split chunks of the corpus with their counts. */
+typedef struct {
+    size_t offset; /* first occurrence in the text */
+    uint64_t hash;
+    int64_t count;
+    int32_t length;
+} word_entry;
+
+typedef struct {
+    word_entry *slots; /* count == 0 marks a free slot */
+    size_t capacity;
+    size_t count;
+} word_table;
+
+static word_entry *word_slot(word_table *table, const uint8_t *text, size_t offset, size_t length, uint64_t hash) {
+    size_t mask = table->capacity - 1;
+    for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
+        word_entry *entry = &table->slots[slot];
+        if (entry->count == 0) return entry;
+        if (entry->hash == hash && (size_t)entry->length == length &&
+            memcmp(text + entry->offset, text + offset, length) == 0)
+            return entry;
+    }
+}
+
+static dt_status word_table_add(word_table *table, const uint8_t *text, size_t offset, size_t length) {
+    if (2 * (table->count + 1) > table->capacity) {
+        word_table bigger = {calloc(table->capacity * 2, sizeof(word_entry)), table->capacity * 2, table->count};
+        if (!bigger.slots) return dt_errorf("out of memory counting words");
+        for (size_t i = 0; i < table->capacity; i++) {
+            word_entry *old = &table->slots[i];
+            if (old->count) *word_slot(&bigger, text, old->offset, (size_t)old->length, old->hash) = *old;
+        }
+        free(table->slots);
+        *table = bigger;
+    }
+    uint64_t hash = hash_bytes(text + offset, length);
+    word_entry *entry = word_slot(table, text, offset, length, hash);
+    if (entry->count == 0) {
+        *entry = (word_entry){offset, hash, 0, (int32_t)length};
+        table->count++;
+    }
+    entry->count++;
+    return DT_OK;
+}
+
+typedef struct {
+    int32_t left, right;
+    int64_t count;
+    int32_t *positions; /* symbol indices where the pair (may have) occurred; stale ones are skipped */
+    int32_t n_positions, cap_positions;
+    int touched; /* on this merge's list of new pairs */
+} bpe_pair;
+
+typedef struct {
+    int64_t count;
+    int32_t left, right;
+} heap_entry;
+
+typedef struct {
+    /* Symbols of all distinct chunks, one linked list per chunk. */
+    int32_t *symbol; /* token id, -1 once merged into its left neighbour */
+    int32_t *prev, *next;
+    int32_t *word;       /* chunk of each symbol */
+    int64_t *word_count; /* occurrences of each chunk */
+    pair_map pair_index;
+    bpe_pair *pairs;
+    int64_t n_pairs, cap_pairs;
+    heap_entry *heap;
+    int64_t heap_size, heap_capacity;
+    int32_t *touched; /* pairs created or changed by the current merge */
+    int64_t n_touched, cap_touched;
+} bpe_trainer;
+
+static void bpe_trainer_free(bpe_trainer *tr) {
+    free(tr->symbol);
+    free(tr->prev);
+    free(tr->next);
+    free(tr->word);
+    free(tr->word_count);
+    pair_map_free(&tr->pair_index);
+    for (int64_t i = 0; i < tr->n_pairs; i++)
+        free(tr->pairs[i].positions);
+    free(tr->pairs);
+    free(tr->heap);
+    free(tr->touched);
+}
+
+/* Grows *array (element size `size`) to hold at least `need` elements. */
+static int grow(void **array, int64_t *capacity, int64_t need, size_t size) {
+    if (need <= *capacity) return 1;
+    int64_t bigger = *capacity ? *capacity * 2 : 16;
+    while (bigger < need)
+        bigger *= 2;
+    void *grown = realloc(*array, (size_t)bigger * size);
+    if (!grown) return 0;
+    *array = grown;
+    *capacity = bigger;
+    return 1;
+}
+
+/* Heap order: larger count first, then lower left id, then lower right id. */
+static int heap_before(const heap_entry *a, const heap_entry *b) {
+    if (a->count != b->count) return a->count > b->count;
+    if (a->left != b->left) return a->left < b->left;
+    return a->right < b->right;
+}
+
+static void heap_sift_down(heap_entry *heap, int64_t size, int64_t i) {
+    for (;;) {
+        int64_t best = i, l = 2 * i + 1, r = 2 * i + 2;
+        if (l < size && heap_before(&heap[l], &heap[best])) best = l;
+        if (r < size && heap_before(&heap[r], &heap[best])) best = r;
+        if (best == i) return;
+        heap_entry t = heap[i];
+        heap[i] = heap[best];
+        heap[best] = t;
+        i = best;
+    }
+}
+
+static dt_status heap_push(bpe_trainer *tr, int64_t count, int32_t left, int32_t right) {
+    if (!grow((void **)&tr->heap, &tr->heap_capacity, tr->heap_size + 1, sizeof *tr->heap))
+        return dt_errorf("out of memory in the BPE heap");
+    int64_t i = tr->heap_size++;
+    tr->heap[i] = (heap_entry){count, left, right};
+    while (i > 0) {
+        int64_t parent = (i - 1) / 2;
+        if (!heap_before(&tr->heap[i], &tr->heap[parent])) break;
+        heap_entry t = tr->heap[i];
+        tr->heap[i] = tr->heap[parent];
+        tr->heap[parent] = t;
+        i = parent;
+    }
+    return DT_OK;
+}
+
+static int heap_pop(bpe_trainer *tr, heap_entry *top) {
+    if (tr->heap_size == 0) return 0;
+    *top = tr->heap[0];
+    tr->heap[0] = tr->heap[--tr->heap_size];
+    heap_sift_down(tr->heap, tr->heap_size, 0);
+    return 1;
+}
+
+/* Index of pair (left, right), created with count 0 if new; -1 when out of memory. */
+static int64_t pair_get(bpe_trainer *tr, int32_t left, int32_t right) {
+    uint64_t key = pair_key(left, right);
+    int32_t index = pair_map_find(&tr->pair_index, key);
+    if (index >= 0) return index;
+    if (tr->n_pairs >= INT32_MAX) return -1;
+    if (!grow((void **)&tr->pairs, &tr->cap_pairs, tr->n_pairs + 1, sizeof *tr->pairs)) return -1;
+    index = (int32_t)tr->n_pairs++;
+    tr->pairs[index] = (bpe_pair){left, right, 0, NULL, 0, 0, 0};
+    if (pair_map_put(&tr->pair_index, key, index) != DT_OK) return -1;
+    return index;
+}
+
+/* count += delta for pair (left, right); a positive delta also records where it occurs. */
+static dt_status pair_add(bpe_trainer *tr, int32_t left, int32_t right, int64_t delta, int32_t position,
+                          int track_touched) {
+    int64_t index = pair_get(tr, left, right);
+    if (index < 0) return dt_errorf("out of memory in the BPE pair table");
+    bpe_pair *pair = &tr->pairs[index];
+    pair->count += delta;
+    if (delta > 0) {
+        int64_t capacity = pair->cap_positions;
+        if (!grow((void **)&pair->positions, &capacity, (int64_t)pair->n_positions + 1, sizeof *pair->positions) ||
+            capacity > INT32_MAX)
+            return dt_errorf("out of memory in the BPE position lists");
+        pair->cap_positions = (int32_t)capacity;
+        pair->positions[pair->n_positions++] = position;
+    }
+    if (track_touched && !pair->touched) {
+        if (!grow((void **)&tr->touched, &tr->cap_touched, tr->n_touched + 1, sizeof *tr->touched))
+            return dt_errorf("out of memory in the BPE trainer");
+        pair->touched = 1;
+        tr->touched[tr->n_touched++] = (int32_t)index;
+    }
+    return DT_OK;
+}
+
+static int compare_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Replaces every occurrence of pair `index` by token new_id, left to right
+ * within each chunk, updating the counts of the neighbouring pairs. */
+static dt_status bpe_merge(bpe_trainer *tr, int64_t index, int32_t new_id) {
+    int32_t left = tr->pairs[index].left, right = tr->pairs[index].right;
+    int32_t *positions = tr->pairs[index].positions;
+    int32_t n_positions = tr->pairs[index].n_positions;
+    /* Detach the list: pair_add may grow tr->pairs (moving it), and the merged pair gets no new positions. */
+    tr->pairs[index].positions = NULL;
+    tr->pairs[index].n_positions = tr->pairs[index].cap_positions = 0;
+    /* Increasing order = left to right inside a chunk, which decides overlapping cases like "aaa". */
+    qsort(positions, (size_t)n_positions, sizeof *positions, compare_i32);
+    dt_status status = DT_OK;
+    for (int32_t k = 0; k < n_positions && status == DT_OK; k++) {
+        int32_t i = positions[k];
+        if (k > 0 && positions[k - 1] == i) continue;
+        int32_t j = tr->next[i];
+        if (tr->symbol[i] != left || j < 0 || tr->symbol[j] != right) continue; /* stale */
+        int64_t weight = tr->word_count[tr->word[i]];
+        int32_t before = tr->prev[i], after = tr->next[j];
+        if (before >= 0) {
+            status = pair_add(tr, tr->symbol[before], left, -weight, 0, 0);
+            if (status == DT_OK) status = pair_add(tr, tr->symbol[before], new_id, weight, before, 1);
+        }
+        if (after >= 0 && status == DT_OK) {
+            status = pair_add(tr, right, tr->symbol[after], -weight, 0, 0);
+            if (status == DT_OK) status = pair_add(tr, new_id, tr->symbol[after], weight, i, 1);
+        }
+        tr->pairs[index].count -= weight;
+        tr->symbol[i] = new_id;
+        tr->symbol[j] = -1;
+        tr->next[i] = after;
+        if (after >= 0) tr->prev[after] = i;
+    }
+    free(positions);
+    tr->pairs[index].count = 0; /* every occurrence is gone */
+    /* Counts of older pairs only ever decrease (the heap re-files them lazily);
+     * the new pairs all contain new_id and enter the heap here, once. */
+    for (int64_t t = 0; t < tr->n_touched && status == DT_OK; t++) {
+        bpe_pair *pair = &tr->pairs[tr->touched[t]];
+        pair->touched = 0;
+        if (pair->count > 0) status = heap_push(tr, pair->count, pair->left, pair->right);
+    }
+    tr->n_touched = 0;
+    return status;
+}
+
+dt_status data_tokenizer_train_bpe(data_tokenizer *tok, const uint8_t *text, size_t n_bytes, int64_t vocab_size) {
+    memset(tok, 0, sizeof *tok);
+    if (vocab_size < BYTE_VOCAB || vocab_size > BPE_MAX_VOCAB)
+        return dt_errorf("BPE vocab_size %lld is out of range [256, %lld]", (long long)vocab_size,
+                         (long long)BPE_MAX_VOCAB);
+    if (n_bytes > 0 && !text) return dt_errorf("BPE training text is NULL");
+    int64_t target_merges = vocab_size - BYTE_VOCAB;
+
+    bpe_trainer tr = {0};
+    word_table words = {calloc(1024, sizeof(word_entry)), 1024, 0};
+    int32_t(*merges)[2] = malloc((size_t)(target_merges > 0 ? target_merges : 1) * sizeof *merges);
+    dt_status status = DT_OK;
+    if (!words.slots || !merges) {
+        status = dt_errorf("out of memory for BPE training");
+        goto done;
+    }
+
+    /* 1. Distinct chunks and their counts. */
+    for (size_t offset = 0; offset < n_bytes && status == DT_OK;) {
+        size_t length = chunk_length(text + offset, n_bytes - offset);
+        status = word_table_add(&words, text, offset, length);
+        offset += length;
+    }
+    if (status != DT_OK) goto done;
+
+    /* 2. One linked list of symbols (bytes, to begin with) per distinct chunk. */
+    int64_t n_symbols = 0;
+    for (size_t s = 0; s < words.capacity; s++)
+        n_symbols += words.slots[s].length;
+    if (n_symbols >= INT32_MAX) {
+        status = dt_errorf("BPE training text has too many distinct words (%lld bytes of them)", (long long)n_symbols);
+        goto done;
+    }
+    size_t symbols_size = (size_t)(n_symbols > 0 ? n_symbols : 1);
+    tr.symbol = malloc(symbols_size * sizeof *tr.symbol);
+    tr.prev = malloc(symbols_size * sizeof *tr.prev);
+    tr.next = malloc(symbols_size * sizeof *tr.next);
+    tr.word = malloc(symbols_size * sizeof *tr.word);
+    tr.word_count = malloc((words.count > 0 ? words.count : 1) * sizeof *tr.word_count);
+    if (!tr.symbol || !tr.prev || !tr.next || !tr.word || !tr.word_count ||
+        pair_map_init(&tr.pair_index, (size_t)n_symbols / 4) != DT_OK) {
+        status = dt_errorf("out of memory for BPE training on %lld distinct bytes", (long long)n_symbols);
+        goto done;
+    }
+    int32_t cursor = 0, n_words = 0;
+    for (size_t s = 0; s < words.capacity && status == DT_OK; s++) {
+        const word_entry *entry = &words.slots[s];
+        if (entry->count == 0) continue;
+        tr.word_count[n_words] = entry->count;
+        for (int32_t k = 0; k < entry->length; k++) {
+            int32_t i = cursor + k;
+            tr.symbol[i] = text[entry->offset + (size_t)k];
+            tr.prev[i] = k > 0 ? i - 1 : -1;
+            tr.next[i] = k + 1 < entry->length ? i + 1 : -1;
+            tr.word[i] = n_words;
+            if (k > 0) status = pair_add(&tr, tr.symbol[i - 1], tr.symbol[i], entry->count, i - 1, 0);
+        }
+        cursor += entry->length;
+        n_words++;
+    }
+    free(words.slots);
+    words.slots = NULL;
+    if (status != DT_OK) goto done;
+
+    /* 3. Every pair into the max-heap, then merge until the vocabulary is full. */
+    for (int64_t p = 0; p < tr.n_pairs && status == DT_OK; p++)
+        status = heap_push(&tr, tr.pairs[p].count, tr.pairs[p].left, tr.pairs[p].right);
+    int64_t n_merges = 0;
+    heap_entry top;
+    while (status == DT_OK && n_merges < target_merges && heap_pop(&tr, &top)) {
+        int64_t index = pair_map_find(&tr.pair_index, pair_key(top.left, top.right));
+        int64_t count = tr.pairs[index].count;
+        if (count != top.count) { /* stale: the pair lost occurrences since it was filed */
+            if (count > 0) status = heap_push(&tr, count, top.left, top.right);
+            continue;
+        }
+        merges[n_merges][0] = top.left;
+        merges[n_merges][1] = top.right;
+        status = bpe_merge(&tr, index, (int32_t)(BYTE_VOCAB + n_merges));
+        n_merges++;
+    }
+    if (status == DT_OK) status = tokenizer_from_merges(tok, TOKENIZER_BPE, (const int32_t(*)[2])merges, n_merges);
+
+done:
+    free(words.slots);
+    free(merges);
+    bpe_trainer_free(&tr);
+    return status;
+}
+
+/* ---------------------------------------------------------------- encoding */
+
+/* Applies the merges to one chunk: ids [length] in, returns the token count. */
+static int32_t bpe_encode_chunk(const data_tokenizer *tok, const uint8_t *chunk, int32_t length, int32_t *ids) {
+    const bpe_internal *bpe = tok->internal;
+    int32_t n = length;
+    for (int32_t i = 0; i < n; i++)
+        ids[i] = chunk[i];
+    while (n > 1) {
+        int32_t best = INT32_MAX;
+        for (int32_t i = 0; i + 1 < n; i++) {
+            int32_t rank = pair_map_find(&bpe->rank, pair_key(ids[i], ids[i + 1]));
+            if (rank >= 0 && rank < best) best = rank;
+        }
+        if (best == INT32_MAX) break;
+        int32_t left = tok->merges[best][0], right = tok->merges[best][1];
+        int32_t kept = 0;
+        for (int32_t i = 0; i < n;) {
+            if (i + 1 < n && ids[i] == left && ids[i + 1] == right) {
+                ids[kept++] = BYTE_VOCAB + best;
+                i += 2;
+            } else {
+                ids[kept++] = ids[i++];
+            }
+        }
+        n = kept;
+    }
+    return n;
+}
+
+/* Remembers where the tokens of each distinct chunk already sit in the output. */
+typedef struct {
+    uint64_t hash;
+    size_t text_offset;
+    int64_t token_offset; /* -1 marks a free slot */
+    int32_t length, n_tokens;
+} encode_cache_entry;
+
+dt_status data_tokenizer_encode(const data_tokenizer *tok, const uint8_t *text, size_t n_bytes, int32_t **tokens,
+                                int64_t *n_tokens) {
+    *tokens = NULL;
+    *n_tokens = 0;
+    if (!tok || !tok->token_length) return dt_errorf("encode: tokenizer is not initialised");
+    if (n_bytes > 0 && !text) return dt_errorf("encode: text is NULL");
+    int32_t *out = malloc((n_bytes > 0 ? n_bytes : 1) * sizeof *out); /* a token covers at least one byte */
+    if (!out) return dt_errorf("out of memory encoding %zu bytes", n_bytes);
+    if (tok->kind == TOKENIZER_BYTE) {
+        for (size_t i = 0; i < n_bytes; i++)
+            out[i] = text[i];
+        *tokens = out;
+        *n_tokens = (int64_t)n_bytes;
+        return DT_OK;
+    }
+    if (!tok->internal) {
+        free(out);
+        return dt_errorf("encode: BPE tokenizer has no rank table");
+    }
+
+    size_t capacity = 1024;
+    encode_cache_entry *cache = malloc(capacity * sizeof *cache);
+    if (!cache) {
+        free(out);
+        return dt_errorf("out of memory for the encode cache");
+    }
+    for (size_t s = 0; s < capacity; s++)
+        cache[s].token_offset = -1;
+    size_t cached = 0;
+    int64_t written = 0;
+    for (size_t offset = 0; offset < n_bytes;) {
+        int32_t length = (int32_t)chunk_length(text + offset, n_bytes - offset);
+        uint64_t hash = hash_bytes(text + offset, (size_t)length);
+        size_t mask = capacity - 1, slot = hash & mask;
+        for (; cache[slot].token_offset >= 0; slot = (slot + 1) & mask) {
+            const encode_cache_entry *entry = &cache[slot];
+            if (entry->hash == hash && entry->length == length &&
+                memcmp(text + entry->text_offset, text + offset, (size_t)length) == 0)
+                break;
+        }
+        if (cache[slot].token_offset >= 0) { /* seen before: copy its tokens */
+            memcpy(out + written, out + cache[slot].token_offset, (size_t)cache[slot].n_tokens * sizeof *out);
+            written += cache[slot].n_tokens;
+        } else {
+            int32_t count = bpe_encode_chunk(tok, text + offset, length, out + written);
+            if (cached < ENCODE_CACHE_MAX) {
+                cache[slot] = (encode_cache_entry){hash, offset, written, length, count};
+                cached++;
+                if (2 * cached > capacity) { /* rehash into a table twice the size */
+                    encode_cache_entry *bigger = malloc(2 * capacity * sizeof *bigger);
+                    if (!bigger) {
+                        free(cache);
+                        free(out);
+                        return dt_errorf("out of memory for the encode cache");
+                    }
+                    for (size_t s = 0; s < 2 * capacity; s++)
+                        bigger[s].token_offset = -1;
+                    size_t big_mask = 2 * capacity - 1;
+                    for (size_t s = 0; s < capacity; s++) {
+                        if (cache[s].token_offset < 0) continue;
+                        size_t b = cache[s].hash & big_mask;
+                        while (bigger[b].token_offset >= 0)
+                            b = (b + 1) & big_mask;
+                        bigger[b] = cache[s];
+                    }
+                    free(cache);
+                    cache = bigger;
+                    capacity *= 2;
+                }
+            }
+            written += count;
+        }
+        offset += (size_t)length;
+    }
+    free(cache);
+    int32_t *shrunk = realloc(out, (size_t)(written > 0 ? written : 1) * sizeof *out);
+    *tokens = shrunk ? shrunk : out;
+    *n_tokens = written;
+    return DT_OK;
+}
+
+dt_status data_tokenizer_decode(const data_tokenizer *tok, const int32_t *tokens, int64_t n_tokens, uint8_t **text,
+                                size_t *n_bytes) {
+    *text = NULL;
+    *n_bytes = 0;
+    if (!tok || !tok->token_length) return dt_errorf("decode: tokenizer is not initialised");
+    if (n_tokens < 0 || (n_tokens > 0 && !tokens)) return dt_errorf("decode: bad token array");
+    size_t total = 0;
+    for (int64_t i = 0; i < n_tokens; i++) {
+        if (tokens[i] < 0 || tokens[i] >= tok->vocab_size)
+            return dt_errorf("decode: token %d at position %lld is outside the vocabulary [0, %lld)", tokens[i],
+                             (long long)i, (long long)tok->vocab_size);
+        total += (size_t)tok->token_length[tokens[i]];
+    }
+    uint8_t *out = malloc(total + 1);
+    if (!out) return dt_errorf("out of memory decoding %lld tokens", (long long)n_tokens);
+    size_t cursor = 0;
+    for (int64_t i = 0; i < n_tokens; i++) {
+        memcpy(out + cursor, tok->token_bytes[tokens[i]], (size_t)tok->token_length[tokens[i]]);
+        cursor += (size_t)tok->token_length[tokens[i]];
+    }
+    out[total] = '\0';
+    *text = out;
+    *n_bytes = total;
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------ HDF5 storage */
+
+dt_status data_tokenizer_write_h5(const data_tokenizer *tok, hid_t file) {
+    if (!tok || !tok->token_length) return dt_errorf("write tokenizer: tokenizer is not initialised");
+    int is_bpe = tok->kind == TOKENIZER_BPE;
+    if (h5_write_attr_string(file, "tokenizer", is_bpe ? "bpe" : "byte") != DT_OK ||
+        h5_write_attr_int(file, "vocab_size", tok->vocab_size) != DT_OK)
+        return DT_ERR;
+    if (!is_bpe) return DT_OK;
+    static const int32_t no_merges[1][2] = {{0, 0}}; /* HDF5 wants a buffer even for 0 rows */
+    int64_t shape[2] = {tok->vocab_size - BYTE_VOCAB, 2};
+    const int32_t *data = tok->merges ? &tok->merges[0][0] : &no_merges[0][0];
+    return h5_write_i32(file, "/tokenizer/merges", data, 2, shape);
+}
+
+dt_status data_tokenizer_read_h5(data_tokenizer *tok, hid_t file, const char *path_for_errors) {
+    memset(tok, 0, sizeof *tok);
+    const char *path = path_for_errors ? path_for_errors : "token file";
+    char kind[64];
+    int64_t vocab_size = 0;
+    if (h5_read_attr_string(file, "tokenizer", kind, sizeof kind) != DT_OK ||
+        h5_read_attr_int(file, "vocab_size", &vocab_size) != DT_OK)
+        return dt_error_context("%s", path);
+    if (strcmp(kind, "byte") == 0) {
+        if (vocab_size != BYTE_VOCAB)
+            return dt_errorf("%s: tokenizer 'byte' needs vocab_size 256, file says %lld", path, (long long)vocab_size);
+        return data_tokenizer_byte(tok);
+    }
+    if (strcmp(kind, "bpe") != 0) return dt_errorf("%s: unknown tokenizer '%s' (expected byte or bpe)", path, kind);
+    if (vocab_size < BYTE_VOCAB || vocab_size > BPE_MAX_VOCAB)
+        return dt_errorf("%s: vocab_size %lld is out of range [256, %lld]", path, (long long)vocab_size,
+                         (long long)BPE_MAX_VOCAB);
+    int ndim = 0;
+    int64_t shape[4] = {0};
+    if (h5_dataset_shape(file, "/tokenizer/merges", &ndim, shape) != DT_OK) return dt_error_context("%s", path);
+    if (ndim != 2 || shape[1] != 2 || shape[0] != vocab_size - BYTE_VOCAB)
+        return dt_errorf("%s: /tokenizer/merges must be [%lld, 2] for vocab_size %lld", path,
+                         (long long)(vocab_size - BYTE_VOCAB), (long long)vocab_size);
+    int64_t n_merges = shape[0];
+    int32_t(*merges)[2] = malloc((size_t)(n_merges > 0 ? n_merges : 1) * sizeof *merges);
+    if (!merges) return dt_errorf("%s: out of memory for %lld merges", path, (long long)n_merges);
+    dt_status status = h5_read_i32(file, "/tokenizer/merges", &merges[0][0], 2, shape);
+    if (status == DT_OK) status = tokenizer_from_merges(tok, TOKENIZER_BPE, (const int32_t(*)[2])merges, n_merges);
+    free(merges);
+    if (status != DT_OK) return dt_error_context("%s: /tokenizer/merges", path);
+    return DT_OK;
+}

@@ -1,0 +1,367 @@
+/* `dbranch prepare` end to end (the binary in env DBRANCH_BINARY) plus the
+ * corpus helpers it is built on: the block split and the python-tree preset
+ * walk. Datasets written by the CLI are checked by reading them back and
+ * decoding them to the input bytes. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "data/corpus.h"
+#include "data/tokens.h"
+
+static char temp_dir[64];
+
+static void make_temp_dir(void) {
+    snprintf(temp_dir, sizeof temp_dir, "/tmp/dbranch_prepare_XXXXXX");
+    cr_assert(mkdtemp(temp_dir) != NULL);
+}
+
+static void remove_temp_dir(void) {
+    char command[128];
+    snprintf(command, sizeof command, "rm -rf '%s'", temp_dir);
+    cr_assert_eq(system(command), 0);
+}
+
+TestSuite(cli_prepare, .init = make_temp_dir, .fini = remove_temp_dir);
+
+static char *temp_path(const char *name) {
+    char *path = malloc(512);
+    snprintf(path, 512, "%s/%s", temp_dir, name);
+    return path;
+}
+
+static void write_text(const char *path, const void *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f != NULL, "cannot write %s", path);
+    cr_assert_eq(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+}
+
+static char *read_text(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f != NULL, "cannot read %s", path);
+    char *bytes = calloc(1 << 20, 1);
+    *n = fread(bytes, 1, (1 << 20) - 1, f);
+    fclose(f);
+    return bytes;
+}
+
+static int file_exists(const char *path) {
+    struct stat info;
+    return stat(path, &info) == 0;
+}
+
+/* Runs `dbranch prepare ARGS...` (NULL-terminated); stdout and stderr go to files in the temp dir. */
+static int run_prepare(const char *const *args) {
+    const char *binary = getenv("DBRANCH_BINARY");
+    cr_assert(binary != NULL, "DBRANCH_BINARY is not set (run through ctest)");
+    char *argv[64];
+    int argc = 0;
+    argv[argc++] = (char *)binary;
+    argv[argc++] = "prepare";
+    for (int i = 0; args[i]; i++)
+        argv[argc++] = (char *)args[i];
+    argv[argc] = NULL;
+    char *out_path = temp_path("stdout.txt"), *err_path = temp_path("stderr.txt");
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(out, 1);
+        dup2(err, 2);
+        execv(binary, argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    free(out_path);
+    free(err_path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Asserts exit code 1 and a one-line "dbranch prepare: ..." message containing `needle`. */
+static void assert_fails_naming(const char *const *args, const char *needle) {
+    int code = run_prepare(args);
+    cr_assert_eq(code, 1, "exit code %d for a bad invocation (expected 1)", code);
+    char *err_path = temp_path("stderr.txt");
+    size_t n = 0;
+    char *err = read_text(err_path, &n);
+    cr_assert(strncmp(err, "dbranch prepare: ", 17) == 0, "stderr: %s", err);
+    cr_assert(n > 0 && err[n - 1] == '\n' && strchr(err, '\n') == err + n - 1, "not one line: %s", err);
+    cr_assert(strstr(err, needle) != NULL, "message does not name '%s': %s", needle, err);
+    free(err);
+    free(err_path);
+}
+
+/* Reads both splits and decodes them with the file's own tokenizer. */
+static void decode_file(const char *path, char **train, size_t *n_train, char **val, size_t *n_val, int64_t *vocab_size,
+                        data_tokenizer_kind *kind) {
+    data_tokens tokens;
+    cr_assert_eq(data_tokens_open(&tokens, path), DT_OK, "%s", dt_error_message());
+    *vocab_size = tokens.vocab_size;
+    *kind = tokens.tokenizer.kind;
+    for (int s = 0; s < 2; s++) {
+        int64_t n = tokens.split_length[s];
+        int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+        cr_assert_eq(data_tokens_read(&tokens, (data_split)s, 0, n, ids), DT_OK, "%s", dt_error_message());
+        uint8_t *text = NULL;
+        size_t n_text = 0;
+        cr_assert_eq(data_tokenizer_decode(&tokens.tokenizer, ids, n, &text, &n_text), DT_OK);
+        if (s == 0)
+            *train = (char *)text, *n_train = n_text;
+        else
+            *val = (char *)text, *n_val = n_text;
+        free(ids);
+    }
+    data_tokens_close(&tokens);
+}
+
+static char *sample_corpus(size_t *n) {
+    static const char *const lines[] = {"In the beginning God created the heaven and the earth.\n",
+                                        "And the earth was without form, and void.\n",
+                                        "And God said, Let there be light: and there was light.\n",
+                                        "def main(argv):\n    return 0\n", "x = [1, 2, 3]  # numbers\n"};
+    char *text = malloc(40000);
+    size_t used = 0;
+    for (int i = 0; used < 30000; i++) {
+        const char *line = lines[(i * 7 + i / 3) % 5];
+        memcpy(text + used, line, strlen(line));
+        used += strlen(line);
+    }
+    *n = used;
+    return text;
+}
+
+Test(cli_prepare, help_exits_zero) {
+    const char *args[] = {"--help", NULL};
+    cr_assert_eq(run_prepare(args), 0);
+    char *out_path = temp_path("stdout.txt");
+    size_t n = 0;
+    char *out = read_text(out_path, &n);
+    cr_assert(strstr(out, "--val-fraction") != NULL && strstr(out, "--preset") != NULL, "help: %s", out);
+    free(out);
+    free(out_path);
+}
+
+Test(cli_prepare, byte_dataset_from_a_file) {
+    size_t n = 0;
+    char *text = sample_corpus(&n); /* < 64 KiB: one block, so val is the tail */
+    char *input = temp_path("corpus.txt"), *output = temp_path("byte.h5");
+    write_text(input, text, n);
+    const char *args[] = {"--input", input, "--tokenizer", "byte", "--val-fraction", "0.1", "--out", output, NULL};
+    cr_assert_eq(run_prepare(args), 0);
+    char *train, *val;
+    size_t n_train, n_val;
+    int64_t vocab;
+    data_tokenizer_kind kind;
+    decode_file(output, &train, &n_train, &val, &n_val, &vocab, &kind);
+    cr_assert_eq(kind, TOKENIZER_BYTE);
+    cr_assert_eq(vocab, 256);
+    cr_assert_eq(n_train + n_val, n);
+    cr_assert(memcmp(train, text, n_train) == 0 && memcmp(val, text + n_train, n_val) == 0,
+              "train ++ val is not the input");
+    /* About 10% held out (moved forward to a line start), and the cut is at a line start. */
+    cr_assert(n_val > 0.08 * n && n_val <= 0.1 * n + 1, "val has %zu of %zu bytes", n_val, n);
+    cr_assert_eq(text[n_train - 1], '\n');
+    char *out_path = temp_path("stdout.txt");
+    size_t n_out = 0;
+    char *out = read_text(out_path, &n_out);
+    cr_assert(strstr(out, "bytes/token") != NULL, "summary: %s", out);
+    free(out);
+    free(out_path);
+    free(train);
+    free(val);
+    free(text);
+    free(input);
+    free(output);
+}
+
+Test(cli_prepare, bpe_dataset_decodes_to_the_input) {
+    size_t n = 0;
+    char *text = sample_corpus(&n);
+    char *input = temp_path("corpus.txt"), *output = temp_path("bpe.h5");
+    write_text(input, text, n);
+    const char *args[] = {"--input", input, "--tokenizer", "bpe", "--vocab", "300", "--out", output, NULL};
+    cr_assert_eq(run_prepare(args), 0);
+    char *train, *val;
+    size_t n_train, n_val;
+    int64_t vocab;
+    data_tokenizer_kind kind;
+    decode_file(output, &train, &n_train, &val, &n_val, &vocab, &kind);
+    cr_assert_eq(kind, TOKENIZER_BPE);
+    cr_assert_eq(vocab, 300);
+    cr_assert_eq(n_train + n_val, n);
+    cr_assert(memcmp(train, text, n_train) == 0 && memcmp(val, text + n_train, n_val) == 0);
+    data_tokens tokens;
+    cr_assert_eq(data_tokens_open(&tokens, output), DT_OK);
+    /* 44 merges on five repeated lines: the common words and spaces merge, at least a third shorter. */
+    cr_assert_lt(tokens.split_length[SPLIT_TRAIN], (int64_t)n_train * 2 / 3, "%lld tokens for %zu bytes",
+                 (long long)tokens.split_length[SPLIT_TRAIN], n_train);
+    data_tokens_close(&tokens);
+    free(train);
+    free(val);
+    free(text);
+    free(input);
+    free(output);
+}
+
+Test(cli_prepare, several_inputs_are_concatenated_in_order) {
+    char *first = temp_path("first.txt"), *second = temp_path("second.txt"), *output = temp_path("two.h5");
+    char text[2000];
+    for (int i = 0; i < 1000; i++)
+        text[i] = "first file line\n"[i % 16];
+    for (int i = 1000; i < 2000; i++)
+        text[i] = "second\n"[i % 7];
+    write_text(first, text, 1000);
+    write_text(second, text + 1000, 1000);
+    const char *args[] = {"--input", first, second, "--out", output, NULL};
+    cr_assert_eq(run_prepare(args), 0);
+    char *train, *val;
+    size_t n_train, n_val;
+    int64_t vocab;
+    data_tokenizer_kind kind;
+    decode_file(output, &train, &n_train, &val, &n_val, &vocab, &kind);
+    cr_assert_eq(n_train + n_val, 2000);
+    cr_assert(memcmp(train, text, n_train) == 0 && memcmp(val, text + n_train, n_val) == 0);
+    free(train);
+    free(val);
+    free(first);
+    free(second);
+    free(output);
+}
+
+Test(cli_prepare, bad_input_is_a_one_line_error) {
+    char *input = temp_path("ok.txt"), *output = temp_path("never.h5"), *missing = temp_path("missing.txt");
+    write_text(input, "some text\nmore text\n", 20);
+    const char *missing_args[] = {"--input", missing, "--out", output, NULL};
+    assert_fails_naming(missing_args, missing);
+    const char *low_vocab[] = {"--input", input, "--tokenizer", "bpe", "--vocab", "255", "--out", output, NULL};
+    assert_fails_naming(low_vocab, "255");
+    const char *high_vocab[] = {"--input", input, "--tokenizer", "bpe", "--vocab", "65537", "--out", output, NULL};
+    assert_fails_naming(high_vocab, "65537");
+    const char *zero_fraction[] = {"--input", input, "--val-fraction", "0", "--out", output, NULL};
+    assert_fails_naming(zero_fraction, "--val-fraction");
+    const char *one_fraction[] = {"--input", input, "--val-fraction", "1", "--out", output, NULL};
+    assert_fails_naming(one_fraction, "--val-fraction");
+    const char *negative_fraction[] = {"--input", input, "--val-fraction", "-0.5", "--out", output, NULL};
+    assert_fails_naming(negative_fraction, "-0.5");
+    const char *bad_tokenizer[] = {"--input", input, "--tokenizer", "wordpiece", "--out", output, NULL};
+    assert_fails_naming(bad_tokenizer, "wordpiece");
+    const char *bad_preset[] = {"--preset", "shakespeare", "--out", output, NULL};
+    assert_fails_naming(bad_preset, "shakespeare");
+    const char *no_out[] = {"--input", input, NULL};
+    assert_fails_naming(no_out, "--out");
+    const char *no_input[] = {"--out", output, NULL};
+    assert_fails_naming(no_input, "--input");
+    cr_assert(!file_exists(output), "a failed prepare must not leave an output file");
+    free(input);
+    free(output);
+    free(missing);
+}
+
+Test(cli_prepare, kjv_preset_bpe_under_a_minute) {
+    if (system("command -v bible >/dev/null 2>&1") != 0) cr_skip_test("the bible program (bible-kjv) is not installed");
+    char *output = temp_path("kjv.h5");
+    const char *args[] = {"--preset", "kjv", "--tokenizer", "bpe", "--vocab", "4096", "--out", output, NULL};
+    struct timespec start, end;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    cr_assert_eq(run_prepare(args), 0);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    double seconds = (double)(end.tv_sec - start.tv_sec) + 1e-9 * (double)(end.tv_nsec - start.tv_nsec);
+    cr_assert_lt(seconds, 60.0, "prepare kjv bpe 4096 took %.1f s", seconds);
+    data_tokens tokens;
+    cr_assert_eq(data_tokens_open(&tokens, output), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(tokens.vocab_size, 4096);
+    int64_t n_tokens = tokens.split_length[SPLIT_TRAIN] + tokens.split_length[SPLIT_VAL];
+    /* 4.3 MB of English with 4096 tokens: well over 3 bytes per token. */
+    cr_assert(n_tokens > 800000 && n_tokens < 1400000, "%lld tokens", (long long)n_tokens);
+    /* The first verse decodes from the head of /train. */
+    int32_t ids[64];
+    cr_assert_eq(data_tokens_read(&tokens, SPLIT_TRAIN, 0, 64, ids), DT_OK);
+    uint8_t *text = NULL;
+    size_t n_text = 0;
+    cr_assert_eq(data_tokenizer_decode(&tokens.tokenizer, ids, 64, &text, &n_text), DT_OK);
+    cr_assert(strstr((char *)text, "In the beginning God created the heaven and the earth.") != NULL, "%s", text);
+    free(text);
+    data_tokens_close(&tokens);
+    free(output);
+}
+
+/* ---- corpus helpers ---- */
+
+Test(cli_prepare, block_split_fractions) {
+    /* 2 MiB of 64-byte lines: 20 blocks, each giving its last ~5% (at a line start) to val. */
+    size_t n = 2 << 20;
+    uint8_t *bytes = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        bytes[i] = i % 64 == 63 ? '\n' : (uint8_t)('a' + (i / 64) % 26);
+    cr_assert_eq(data_corpus_split_parts(n), 20);
+    cr_assert_eq(data_corpus_split_parts(100), 1);
+    cr_assert_eq(data_corpus_split_parts(3 * 65536 + 5), 3);
+    uint8_t *train, *val;
+    size_t n_train, n_val;
+    cr_assert_eq(data_corpus_split(bytes, n, 0.05, &train, &n_train, &val, &n_val), DT_OK);
+    cr_assert_eq(n_train + n_val, n);
+    cr_assert(n_val > 0.045 * n && n_val < 0.055 * n, "val %zu of %zu", n_val, n);
+    /* Every val piece is whole lines: val is a sequence of complete 64-byte lines. */
+    cr_assert_eq(n_val % 64, 0);
+    for (size_t i = 0; i < n_val; i++)
+        cr_assert_eq(val[i] == '\n', i % 64 == 63);
+    /* The pieces come from all over the corpus: val holds lines of many different letters. */
+    int letters_seen[26] = {0}, distinct = 0;
+    for (size_t i = 0; i < n_val; i += 64)
+        letters_seen[val[i] - 'a'] = 1;
+    for (int k = 0; k < 26; k++)
+        distinct += letters_seen[k];
+    cr_assert_geq(distinct, 10, "val comes from one place only");
+    free(train);
+    free(val);
+    cr_assert_eq(data_corpus_split(bytes, n, 0.0, &train, &n_train, &val, &n_val), DT_ERR);
+    cr_assert_eq(data_corpus_split(bytes, n, 1.0, &train, &n_train, &val, &n_val), DT_ERR);
+    cr_assert_eq(data_corpus_split(bytes, 3, 0.05, &train, &n_train, &val, &n_val), DT_ERR); /* empty val */
+    cr_assert(strstr(dt_error_message(), "empty") != NULL, "%s", dt_error_message());
+    free(bytes);
+}
+
+Test(cli_prepare, python_tree_order_and_exclusions) {
+    const char *files[] = {"b.py",
+                           "a.py",
+                           "A.py",
+                           "sub/x.py",
+                           "sub/deeper/y.py",
+                           "sub-dir/z.py",
+                           "test/skip.py",
+                           "pkg/tests/skip.py",
+                           "idlelib/idle_test/skip.py",
+                           "site-packages/skip.py",
+                           "dist-packages/skip.py",
+                           "notes.txt",
+                           "pyfile.pyc"};
+    char *root = temp_path("lib");
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[600], command[700];
+        snprintf(path, sizeof path, "%s/%s", root, files[i]);
+        snprintf(command, sizeof command, "mkdir -p \"$(dirname '%s')\"", path);
+        cr_assert_eq(system(command), 0);
+        char content[128];
+        snprintf(content, sizeof content, "<%s>", files[i]);
+        write_text(path, content, strlen(content));
+    }
+    data_corpus corpus;
+    cr_assert_eq(data_corpus_read_python_tree(&corpus, root), DT_OK, "%s", dt_error_message());
+    /* Bytewise order of relative paths: 'A' < 'a', and "sub-dir/" < "sub/" because '-' < '/'. */
+    const char *expected = "<A.py><a.py><b.py><sub-dir/z.py><sub/deeper/y.py><sub/x.py>";
+    cr_assert_eq(corpus.n_bytes, strlen(expected));
+    cr_assert(memcmp(corpus.bytes, expected, corpus.n_bytes) == 0, "got %.*s", (int)corpus.n_bytes, corpus.bytes);
+    cr_assert_eq(corpus.n_files, 6);
+    data_corpus_free(&corpus);
+    free(root);
+}
