@@ -34,7 +34,7 @@ void *dt_arena_alloc(dt_arena *arena, size_t bytes) {
     dt_arena_chunk *chunk = arena->n_chunks ? &arena->chunks[arena->n_chunks - 1] : NULL;
     if (!chunk || chunk->capacity - chunk->used < need) {
         /* Grow geometrically so a first step needs few chunks. */
-        size_t grow = arena->n_chunks ? arena->chunks[arena->n_chunks - 1].capacity : 0;
+        size_t grow = arena->n_chunks ? 2 * arena->chunks[arena->n_chunks - 1].capacity : 0;
         if (grow < need) grow = need;
         if (add_chunk(arena, grow) != DT_OK) return NULL;
         chunk = &arena->chunks[arena->n_chunks - 1];
