@@ -310,6 +310,7 @@ static void format_real(double value, char *text, int capacity) {
 dt_status model_config_get(const model_config *config, const char *key, char *text, int capacity) {
     int id = key ? find_key(key) : -1;
     if (id < 0) return dt_errorf("unknown model key '%s'", key ? key : "(null)");
+    if (!text || capacity < 2) return dt_errorf("model key '%s': no room for its value", key);
     model_config *c = (model_config *)config; /* the field helpers are shared with the setter; nothing is written */
     switch (keys[id].parse) {
     case PARSE_SIZE: snprintf(text, capacity, "%lld", (long long)*size_field(c, (key_id)id)); break;
