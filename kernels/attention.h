@@ -9,11 +9,23 @@
  * Forward keeps an online softmax (running max and sum) over key tiles, so at
  * most one tile of scores per thread exists at a time; it saves the
  * log-sum-exp per (b, h, t) for backward, which recomputes the scores tile by
- * tile. Neither allocates: scratch comes from the caller. */
+ * tile. Neither allocates: scratch comes from the caller. Results are
+ * bit-identical from run to run and for any thread count. */
 #ifndef K_ATTENTION_H
 #define K_ATTENTION_H
 
 #include <stdint.h>
+
+#include "core/error.h"
+
+/* Largest head_dim the tiled forward/backward serve (their per-thread tiles
+ * live on the stack: about 210 KB forward, 550 KB backward).
+ * Shapes outside the limits get NaN outputs; validate with k_attention_check. */
+#define K_ATTENTION_MAX_HEAD_DIM 256
+
+/* DT_OK when H is a positive multiple of Hkv and 1 <= head_dim <= the maximum;
+ * otherwise DT_ERR with a message naming the value. */
+dt_status k_attention_check(int64_t H, int64_t Hkv, int64_t head_dim);
 
 /* q [B,T,H*hd]; k, v [B,T,Hkv*hd]; out [B,T,H*hd]; lse [B,H,T]. */
 void k_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t B,
