@@ -1,0 +1,106 @@
+/* Learning-rate schedules at chosen steps against values worked out by hand
+ * (the arithmetic is in the comments), plus the clip of the global gradient norm. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "optim/optim.h"
+#include "optim/schedule.h"
+
+#define assert_lr(schedule, step, want)                                                                                \
+    do {                                                                                                               \
+        double got_ = optim_schedule_lr(&(schedule), (step));                                                          \
+        cr_assert(fabs(got_ - (want)) < 1e-12, "step %d: lr %.15g, want %.15g", (int)(step), got_, (double)(want));    \
+    } while (0)
+
+/* lr 1.0, floor 0.1, 10 warm-up steps of 110. */
+Test(optim_schedule, cosine) {
+    optim_schedule s = {.kind = SCHEDULE_COSINE, .lr = 1.0, .min_lr = 0.1, .warmup_steps = 10, .total_steps = 110};
+    assert_lr(s, 0, 0.1);                                /* 1/10 */
+    assert_lr(s, 4, 0.5);                                /* 5/10 */
+    assert_lr(s, 9, 1.0);                                /* 10/10 */
+    assert_lr(s, 10, 1.0);                               /* progress 0: cos 0 = 1 */
+    assert_lr(s, 60, 0.55);                              /* progress 1/2: 0.1 + 0.9 * 0.5 * (1 + 0) */
+    assert_lr(s, 35, 0.1 + 0.9 * 0.5 * (1 + sqrt(0.5))); /* progress 1/4: cos(pi/4) */
+    assert_lr(s, 85, 0.1 + 0.9 * 0.5 * (1 - sqrt(0.5))); /* progress 3/4 */
+    assert_lr(s, 500, 0.1);                              /* past the end: the floor */
+}
+
+Test(optim_schedule, linear) {
+    optim_schedule s = {.kind = SCHEDULE_LINEAR, .lr = 2.0, .min_lr = 0.0, .warmup_steps = 4, .total_steps = 104};
+    assert_lr(s, 1, 1.0);    /* 2 * 2/4 */
+    assert_lr(s, 4, 2.0);    /* progress 0 */
+    assert_lr(s, 29, 1.5);   /* progress 25/100 */
+    assert_lr(s, 103, 0.02); /* progress 99/100 */
+}
+
+/* 100 steps, decay over the last 20%: steps 80..99 fall linearly to the floor, the last one at it. */
+Test(optim_schedule, warmup_stable_decay) {
+    optim_schedule s = {
+        .kind = SCHEDULE_WSD, .lr = 1.0, .min_lr = 0.2, .warmup_steps = 5, .total_steps = 100, .decay_fraction = 0.2};
+    assert_lr(s, 0, 0.2);                   /* 1/5 */
+    assert_lr(s, 5, 1.0);                   /* stable */
+    assert_lr(s, 79, 1.0);                  /* last stable step */
+    assert_lr(s, 80, 1.0 - 0.8 * 1.0 / 20); /* first decay step: progress 1/20 */
+    assert_lr(s, 89, 1.0 - 0.8 * 10.0 / 20);
+    assert_lr(s, 99, 0.2); /* final step at the floor */
+}
+
+Test(optim_schedule, constant_and_no_warmup) {
+    optim_schedule s = {.kind = SCHEDULE_CONSTANT, .lr = 3e-4, .min_lr = 0, .warmup_steps = 0, .total_steps = 10};
+    assert_lr(s, 0, 3e-4);
+    assert_lr(s, 9, 3e-4);
+}
+
+Test(optim_schedule, parse_words) {
+    optim_schedule_kind kind;
+    cr_assert_eq(optim_schedule_parse("wsd", &kind), DT_OK);
+    cr_assert_eq(kind, SCHEDULE_WSD);
+    cr_assert_str_eq(optim_schedule_name(SCHEDULE_COSINE), "cosine");
+    cr_assert_eq(optim_schedule_parse("exponential", &kind), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "exponential") != NULL, "%s", dt_error_message());
+}
+
+/* Gradients (3, 4) and (12): norm sqrt(9 + 16 + 144) = 13. */
+Test(optim_clip, clips_global_norm) {
+    float a[2] = {3, 4}, ga[2] = {3, 4}, b[1] = {0}, gb[1] = {12};
+    optim_param params[2] = {{.name = "a", .data = a, .grad = ga, .ndim = 1, .shape = {2}, .size = 2},
+                             {.name = "b", .data = b, .grad = gb, .ndim = 1, .shape = {1}, .size = 1}};
+    double norm = optim_clip_grad_norm(params, 2, 1.3);
+    cr_assert(fabs(norm - 13.0) < 1e-12, "pre-clip norm %g", norm);
+    double scale = 1.3 / (13.0 + 1e-6);
+    cr_assert(fabs(ga[0] - 3 * scale) < 1e-6 && fabs(ga[1] - 4 * scale) < 1e-6 && fabs(gb[0] - 12 * scale) < 1e-6);
+    cr_assert(fabs(optim_grad_norm(params, 2) - 1.3) < 1e-5, "clipped norm %g", optim_grad_norm(params, 2));
+}
+
+Test(optim_clip, below_threshold_or_disabled_is_untouched) {
+    float a[2] = {0}, ga[2] = {0.3f, 0.4f};
+    optim_param param = {.name = "a", .data = a, .grad = ga, .ndim = 1, .shape = {2}, .size = 2};
+    cr_assert(fabs(optim_clip_grad_norm(&param, 1, 1.0) - 0.5) < 1e-7);
+    cr_assert(fabs(optim_clip_grad_norm(&param, 1, 0.0) - 0.5) < 1e-7); /* 0 disables clipping */
+    cr_assert_eq(ga[0], 0.3f);
+    cr_assert_eq(ga[1], 0.4f);
+}
+
+Test(optim_clip, non_finite_norm_is_reported_not_spread) {
+    float a[3] = {0}, ga[3] = {1.0f, NAN, 2.0f};
+    optim_param param = {.name = "a", .data = a, .grad = ga, .ndim = 1, .shape = {3}, .size = 3};
+    cr_assert(isnan(optim_clip_grad_norm(&param, 1, 1.0)));
+    cr_assert_eq(ga[0], 1.0f);
+    cr_assert_eq(ga[2], 2.0f);
+}
+
+/* A big tensor (parallel path): the norm equals a plain double sum, and averaging scales exactly. */
+Test(optim_clip, large_norm_and_scale) {
+    enum { N = 200001 };
+    static float x[N], g[N];
+    double sum = 0;
+    for (int i = 0; i < N; i++) {
+        g[i] = (float)((i % 7) - 3) * 0.25f;
+        sum += (double)g[i] * g[i];
+    }
+    optim_param param = {.name = "x", .data = x, .grad = g, .ndim = 1, .shape = {N}, .size = N};
+    cr_assert(fabs(optim_grad_norm(&param, 1) - sqrt(sum)) < 1e-9 * sqrt(sum));
+    optim_scale_grads(&param, 1, 0.5f);
+    cr_assert_eq(g[6], 0.375f); /* (6 % 7 - 3) * 0.25 * 0.5 */
+}

@@ -1,0 +1,250 @@
+/* Run configuration: INI parsing (all three sections, any key order), --set
+ * overrides, one-line errors naming the file/line/key/value, validation of
+ * combinations, and the resolved text reading back as the same configuration. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train/run_config.h"
+
+static char config_path[64];
+
+static void write_config(const char *text) {
+    snprintf(config_path, sizeof config_path, "/tmp/dbranch_config_XXXXXX");
+    int fd = mkstemp(config_path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static void remove_config(void) {
+    if (config_path[0]) unlink(config_path);
+    config_path[0] = '\0';
+}
+
+static void assert_error_mentions(const char *a, const char *b) {
+    const char *message = dt_error_message();
+    cr_assert(strchr(message, '\n') == NULL, "message is not one line: %s", message);
+    cr_assert(strstr(message, a) != NULL, "'%s' not in: %s", a, message);
+    if (b) cr_assert(strstr(message, b) != NULL, "'%s' not in: %s", b, message);
+}
+
+static const char *full_config =
+    "; a comment\n"
+    "[train]\n"
+    "batch_size = 12\n"
+    "tokens = 2e6\n"
+    "lr = 6e-4\n"
+    "schedule = wsd\n"
+    "optimizer = muon\n"
+    "out_dir = runs/x\n"
+    "\n"
+    "[model]\n"
+    "n_layer = 3\n"
+    "d_model = 96\n"
+    "n_head = 4\n"
+    "block_size = 64\n"
+    "family = llama\n" /* after the sizes: the sizes stay, the family defaults apply to the rest */
+    "branch = decode\n"
+    "\n"
+    "[data]\n"
+    "path = data_out/x.h5\n";
+
+Test(train_config, parses_all_sections, .fini = remove_config) {
+    write_config(full_config);
+    train_config cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, config_path), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(cfg.batch_size, 12);
+    cr_assert_eq(cfg.tokens, 2000000);
+    cr_assert_float_eq(cfg.lr, 6e-4, 1e-18);
+    cr_assert_eq(cfg.schedule, SCHEDULE_WSD);
+    cr_assert_eq(cfg.optimizer, OPTIM_MUON);
+    cr_assert_str_eq(cfg.out_dir, "runs/x");
+    cr_assert_str_eq(cfg.data_path, "data_out/x.h5");
+    cr_assert_eq(cfg.model.family, FAMILY_LLAMA);
+    cr_assert_eq(cfg.model.n_layer, 3);
+    cr_assert_eq(cfg.model.d_model, 96);
+    cr_assert_eq(cfg.model.branch, BRANCH_DECODE);
+    cr_assert_eq(cfg.model.tie_embeddings, 0, "llama's default (untied) must apply");
+    cr_assert_eq(cfg.grad_accum, 1, "unset keys keep their defaults");
+    cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(cfg.seq_len, 64, "seq_len 0 resolves to block_size");
+    /* 2e6 tokens / (12 * 64) per step = 2604 steps; warm-up 5% of them. */
+    cr_assert_eq(train_config_tokens_per_step(&cfg), 768);
+    cr_assert_eq(train_config_total_steps(&cfg), 2604);
+    cr_assert_eq(train_config_warmup_steps(&cfg), 130);
+}
+
+Test(train_config, unknown_key_names_file_line_and_key, .fini = remove_config) {
+    write_config("[train]\nbatch_size = 4\nlearning_rate = 1e-3\n");
+    train_config cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, config_path), DT_ERR);
+    assert_error_mentions("train.learning_rate", "line 3");
+    cr_assert(strstr(dt_error_message(), config_path) != NULL, "%s", dt_error_message());
+}
+
+Test(train_config, unknown_model_key, .fini = remove_config) {
+    write_config("[model]\nn_layers = 4\n");
+    train_config cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, config_path), DT_ERR);
+    assert_error_mentions("model.n_layers", "line 2");
+}
+
+Test(train_config, unknown_section, .fini = remove_config) {
+    write_config("[optimizer]\nlr = 1\n");
+    train_config cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, config_path), DT_ERR);
+    assert_error_mentions("[optimizer]", NULL);
+}
+
+Test(train_config, bad_values_name_key_and_value, .fini = remove_config) {
+    write_config("[train]\nbatch_size = twelve\n");
+    train_config cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, config_path), DT_ERR);
+    assert_error_mentions("train.batch_size", "twelve");
+    remove_config();
+
+    write_config("[train]\nschedule = exponential\n");
+    cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, config_path), DT_ERR);
+    assert_error_mentions("train.schedule", "exponential");
+    remove_config();
+
+    write_config("[model]\nd_model = 12.5\n");
+    cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, config_path), DT_ERR);
+    assert_error_mentions("d_model", "12.5");
+    remove_config();
+
+    write_config("[train]\nlr = 1e-3x\n");
+    cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, config_path), DT_ERR);
+    assert_error_mentions("train.lr", "1e-3x");
+}
+
+Test(train_config, missing_file_names_path) {
+    train_config cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, "/nonexistent/dir/run.ini"), DT_ERR);
+    assert_error_mentions("/nonexistent/dir/run.ini", NULL);
+}
+
+Test(train_config, key_outside_section, .fini = remove_config) {
+    write_config("lr = 1e-3\n");
+    train_config cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, config_path), DT_ERR);
+    assert_error_mentions("'lr'", "line 1");
+}
+
+Test(train_config, set_overrides) {
+    train_config cfg = train_config_default();
+    cr_assert_eq(train_config_set(&cfg, "train.lr=0.01"), DT_OK, "%s", dt_error_message());
+    cr_assert_float_eq(cfg.lr, 0.01, 1e-15);
+    cr_assert_eq(train_config_set(&cfg, "model.d_model = 256"), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(cfg.model.d_model, 256);
+    /* Bare keys, when only one section has them. */
+    cr_assert_eq(train_config_set(&cfg, "n_layer=7"), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(cfg.model.n_layer, 7);
+    cr_assert_eq(train_config_set(&cfg, "path=some/data.h5"), DT_OK, "%s", dt_error_message());
+    cr_assert_str_eq(cfg.data_path, "some/data.h5");
+    cr_assert_eq(train_config_set(&cfg, "grad_accum=4"), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(cfg.grad_accum, 4);
+    /* Errors. */
+    cr_assert_eq(train_config_set(&cfg, "train.momentum=0.9"), DT_ERR);
+    assert_error_mentions("train.momentum", NULL);
+    cr_assert_eq(train_config_set(&cfg, "warmup=10"), DT_ERR);
+    assert_error_mentions("warmup", NULL);
+    cr_assert_eq(train_config_set(&cfg, "lr"), DT_ERR);
+    assert_error_mentions("lr", "key=value");
+    cr_assert_eq(train_config_set(&cfg, "eval_every=soon"), DT_ERR);
+    assert_error_mentions("eval_every", "soon");
+}
+
+Test(train_config, validation_errors) {
+    train_config cfg = train_config_default();
+    cfg.tokens = 100000;
+    cr_assert_eq(train_config_validate(&cfg), DT_ERR);
+    assert_error_mentions("data.path", NULL);
+
+    cfg = train_config_default();
+    snprintf(cfg.data_path, sizeof cfg.data_path, "x.h5");
+    cr_assert_eq(train_config_validate(&cfg), DT_ERR);
+    assert_error_mentions("train.tokens", NULL);
+
+    cfg = train_config_default();
+    snprintf(cfg.data_path, sizeof cfg.data_path, "x.h5");
+    cfg.tokens = 100000;
+    cfg.model.block_size = 32;
+    cfg.seq_len = 64;
+    cr_assert_eq(train_config_validate(&cfg), DT_ERR);
+    assert_error_mentions("seq_len", "block_size");
+
+    cfg = train_config_default();
+    snprintf(cfg.data_path, sizeof cfg.data_path, "x.h5");
+    cfg.tokens = 100000;
+    cfg.min_lr = 1.0;
+    cr_assert_eq(train_config_validate(&cfg), DT_ERR);
+    assert_error_mentions("train.min_lr", NULL);
+
+    cfg = train_config_default();
+    snprintf(cfg.data_path, sizeof cfg.data_path, "x.h5");
+    cfg.tokens = 100000;
+    cfg.beta2 = 1.0;
+    cr_assert_eq(train_config_validate(&cfg), DT_ERR);
+    assert_error_mentions("train.beta2", NULL);
+
+    cfg = train_config_default();
+    snprintf(cfg.data_path, sizeof cfg.data_path, "x.h5");
+    cfg.tokens = 100;
+    cfg.batch_size = 4;
+    cfg.seq_len = 64;
+    cr_assert_eq(train_config_validate(&cfg), DT_ERR);
+    assert_error_mentions("less than one step", NULL);
+
+    cfg = train_config_default();
+    snprintf(cfg.data_path, sizeof cfg.data_path, "x.h5");
+    cfg.tokens = 100000;
+    cfg.model.d_model = 128;
+    cfg.model.n_head = 3; /* 128 is not divisible by 3 */
+    cr_assert_eq(train_config_validate(&cfg), DT_ERR);
+    assert_error_mentions("[model]", "n_head");
+}
+
+/* The text a checkpoint stores: parsing it back gives the same text (and the same values). */
+Test(train_config, resolved_text_round_trips, .fini = remove_config) {
+    write_config(full_config);
+    train_config cfg = train_config_default();
+    cr_assert_eq(train_config_load(&cfg, config_path), DT_OK, "%s", dt_error_message());
+    cfg.lr = 0.1 + 0.2; /* a value %.15g cannot print exactly */
+    cfg.model.mix_alpha_min = 1.0 / 3.0;
+    cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
+    size_t n = train_config_format(&cfg, NULL, 0);
+    char *text = malloc(n + 1);
+    cr_assert_eq(train_config_format(&cfg, text, n + 1), n);
+    cr_assert(strstr(text, "[model]\nfamily = llama\n") != NULL, "%s", text);
+    cr_assert(strstr(text, "\n[train]\n") != NULL && strstr(text, "\n[data]\npath = data_out/x.h5\n") != NULL, "%s",
+              text);
+
+    train_config back = train_config_default();
+    cr_assert_eq(train_config_parse_string(&back, text, "stored"), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(train_config_validate(&back), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(back.lr, cfg.lr, "lr %.17g vs %.17g", back.lr, cfg.lr);
+    cr_assert_eq(back.model.mix_alpha_min, cfg.model.mix_alpha_min);
+    char *again = malloc(n + 1);
+    cr_assert_eq(train_config_format(&back, again, n + 1), n);
+    cr_assert_str_eq(again, text);
+    free(text);
+    free(again);
+}
+
+Test(train_config, integer_forms) {
+    train_config cfg = train_config_default();
+    cr_assert_eq(train_config_set(&cfg, "tokens=1500000"), DT_OK);
+    cr_assert_eq(cfg.tokens, 1500000);
+    cr_assert_eq(train_config_set(&cfg, "tokens=1.5e6"), DT_OK);
+    cr_assert_eq(cfg.tokens, 1500000);
+    cr_assert_eq(train_config_set(&cfg, "tokens=1.5"), DT_ERR);
+    assert_error_mentions("train.tokens", "1.5");
+}

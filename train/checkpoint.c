@@ -1,0 +1,211 @@
+/* Training checkpoints: layout in checkpoint.h. The model part is the models
+ * layer's model_write_h5 / model_read_h5; this file adds /optim and /train. */
+#include "train/checkpoint.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/h5.h"
+#include "models/model_io.h"
+
+int train_model_is_finite(const model *m, const char **bad_name) {
+    for (int i = 0; i < m->n_params; i++) {
+        const dt_tensor *t = m->params[i].tensor;
+        const float *x = dt_f32(t);
+        int finite = 1;
+        for (int64_t j = 0; j < t->size; j++)
+            finite &= isfinite(x[j]) != 0;
+        if (!finite) {
+            if (bad_name) *bad_name = m->params[i].name;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- writing ---- */
+
+static dt_status write_optim(hid_t file, const optimizer *opt) {
+    hid_t group;
+    if (h5_group(file, "optim", &group) != DT_OK) return DT_ERR;
+    dt_status status = h5_write_attr_int(group, "step", opt->step);
+    if (status == DT_OK) status = h5_write_attr_string(group, "optimizer", optim_kind_name(opt->kind));
+    char name[160];
+    for (int i = 0; status == DT_OK && i < opt->n_params; i++) {
+        const optim_param *p = &opt->params[i];
+        if (optim_is_muon(opt, i)) {
+            snprintf(name, sizeof name, "muon/%s", p->name);
+            status = h5_write_f32(group, name, opt->momentum[i], p->ndim, p->shape);
+        } else {
+            snprintf(name, sizeof name, "m/%s", p->name);
+            status = h5_write_f32(group, name, opt->m[i], p->ndim, p->shape);
+            snprintf(name, sizeof name, "v/%s", p->name);
+            if (status == DT_OK) status = h5_write_f32(group, name, opt->v[i], p->ndim, p->shape);
+        }
+    }
+    H5Gclose(group);
+    return status;
+}
+
+static dt_status write_rng(hid_t group, const char *prefix, const dt_rng *rng) {
+    char name[64];
+    snprintf(name, sizeof name, "%s_rng", prefix);
+    if (h5_write_u64(group, name, rng->s, 1, (const int64_t[]){4}) != DT_OK) return DT_ERR;
+    snprintf(name, sizeof name, "%s_has_spare", prefix);
+    if (h5_write_attr_int(group, name, rng->has_spare) != DT_OK) return DT_ERR;
+    snprintf(name, sizeof name, "%s_spare", prefix);
+    return h5_write_attr_double(group, name, rng->spare);
+}
+
+static dt_status write_state(hid_t file, const train_state *state, const char *config_text) {
+    hid_t group;
+    if (h5_group(file, "train", &group) != DT_OK) return DT_ERR;
+    dt_status status = DT_OK;
+    if (h5_write_attr_int(group, "step", state->step) != DT_OK ||
+        h5_write_attr_int(group, "tokens_seen", state->tokens_seen) != DT_OK ||
+        h5_write_attr_double(group, "elapsed_seconds", state->elapsed_seconds) != DT_OK ||
+        h5_write_attr_int(group, "windows_drawn", (int64_t)state->windows_drawn) != DT_OK ||
+        write_rng(group, "loader", &state->loader_rng) != DT_OK ||
+        write_rng(group, "trainer", &state->trainer_rng) != DT_OK ||
+        h5_write_attr_string(group, "config", config_text ? config_text : "") != DT_OK)
+        status = DT_ERR;
+    H5Gclose(group);
+    return status;
+}
+
+dt_status train_checkpoint_save(const char *path, const model *m, const optimizer *opt, const train_state *state,
+                                const char *config_text) {
+    const char *bad = NULL;
+    if (!train_model_is_finite(m, &bad))
+        return dt_errorf("%s: checkpoint not written: parameter '%s' holds a non-finite value", path, bad);
+    size_t n = strlen(path) + 5;
+    char *tmp = malloc(n);
+    if (!tmp) return dt_errorf("%s: out of memory", path);
+    snprintf(tmp, n, "%s.tmp", path);
+    hid_t file;
+    if (h5_create(tmp, &file) != DT_OK) {
+        free(tmp);
+        return DT_ERR;
+    }
+    dt_status status = model_write_h5(m, file);
+    if (status == DT_OK) status = write_optim(file, opt);
+    if (status == DT_OK) status = write_state(file, state, config_text);
+    if (h5_close(file, tmp) != DT_OK) status = DT_ERR;
+    if (status == DT_OK && rename(tmp, path) != 0) status = dt_errorf("cannot rename %s to %s", tmp, path);
+    if (status != DT_OK) {
+        unlink(tmp);
+        free(tmp);
+        return dt_error_context("%s", path);
+    }
+    free(tmp);
+    return DT_OK;
+}
+
+/* ---- reading ---- */
+
+/* A string attribute of any length, malloc'ed (h5_read_attr_string caps at 4 KiB). */
+static dt_status read_string_attr(hid_t loc, const char *name, char **out) {
+    if (H5Aexists(loc, name) <= 0) return dt_errorf("missing attribute '%s'", name);
+    hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t type = attr >= 0 ? H5Aget_type(attr) : -1;
+    dt_status status = DT_OK;
+    if (type < 0 || H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) > 0) {
+        status = dt_errorf("attribute '%s' is not a fixed-length string", name);
+    } else {
+        size_t size = H5Tget_size(type);
+        char *text = calloc(size + 1, 1);
+        hid_t mem = H5Tcopy(H5T_C_S1);
+        H5Tset_size(mem, size + 1);
+        H5Tset_strpad(mem, H5T_STR_NULLTERM);
+        if (!text || H5Aread(attr, mem, text) < 0) {
+            free(text);
+            status = dt_errorf("cannot read attribute '%s'", name);
+        } else {
+            *out = text;
+        }
+        H5Tclose(mem);
+    }
+    if (type >= 0) H5Tclose(type);
+    if (attr >= 0) H5Aclose(attr);
+    return status;
+}
+
+static dt_status read_rng(hid_t group, const char *prefix, dt_rng *rng) {
+    char name[64];
+    int64_t has_spare = 0;
+    snprintf(name, sizeof name, "%s_rng", prefix);
+    if (h5_read_u64(group, name, rng->s, 1, (const int64_t[]){4}) != DT_OK) return DT_ERR;
+    snprintf(name, sizeof name, "%s_has_spare", prefix);
+    if (h5_read_attr_int(group, name, &has_spare) != DT_OK) return DT_ERR;
+    rng->has_spare = (int)has_spare;
+    snprintf(name, sizeof name, "%s_spare", prefix);
+    return h5_read_attr_double(group, name, &rng->spare);
+}
+
+static dt_status open_group(hid_t file, const char *name, hid_t *group) {
+    if (!h5_exists(file, name)) return dt_errorf("no /%s group (a model file, not a training checkpoint?)", name);
+    *group = H5Gopen2(file, name, H5P_DEFAULT);
+    if (*group < 0) return dt_errorf("cannot open group /%s", name);
+    return DT_OK;
+}
+
+dt_status train_checkpoint_read_state(const char *path, train_state *state, char **config_text) {
+    hid_t file, group = -1;
+    if (h5_open(path, 0, &file) != DT_OK) return DT_ERR;
+    if (open_group(file, "train", &group) != DT_OK) {
+        H5Fclose(file);
+        return dt_error_context("%s", path);
+    }
+    memset(state, 0, sizeof *state);
+    int64_t windows = 0;
+    dt_status status = DT_OK;
+    if (h5_read_attr_int(group, "step", &state->step) != DT_OK ||
+        h5_read_attr_int(group, "tokens_seen", &state->tokens_seen) != DT_OK ||
+        h5_read_attr_double(group, "elapsed_seconds", &state->elapsed_seconds) != DT_OK ||
+        h5_read_attr_int(group, "windows_drawn", &windows) != DT_OK ||
+        read_rng(group, "loader", &state->loader_rng) != DT_OK ||
+        read_rng(group, "trainer", &state->trainer_rng) != DT_OK)
+        status = DT_ERR;
+    state->windows_drawn = (uint64_t)windows;
+    if (status == DT_OK && config_text) status = read_string_attr(group, "config", config_text);
+    H5Gclose(group);
+    H5Fclose(file);
+    return status == DT_OK ? DT_OK : dt_error_context("%s: /train", path);
+}
+
+dt_status train_checkpoint_read_optim(const char *path, optimizer *opt) {
+    hid_t file, group = -1;
+    if (h5_open(path, 0, &file) != DT_OK) return DT_ERR;
+    if (open_group(file, "optim", &group) != DT_OK) {
+        H5Fclose(file);
+        return dt_error_context("%s", path);
+    }
+    char kind[32] = "", name[160];
+    int64_t step = 0;
+    dt_status status = DT_OK;
+    if (h5_read_attr_int(group, "step", &step) != DT_OK ||
+        h5_read_attr_string(group, "optimizer", kind, sizeof kind) != DT_OK)
+        status = DT_ERR;
+    else if (strcmp(kind, optim_kind_name(opt->kind)))
+        status = dt_errorf("trained with optimizer %s, the run asks for %s (train.optimizer)", kind,
+                           optim_kind_name(opt->kind));
+    for (int i = 0; status == DT_OK && i < opt->n_params; i++) {
+        const optim_param *p = &opt->params[i];
+        if (optim_is_muon(opt, i)) {
+            snprintf(name, sizeof name, "muon/%s", p->name);
+            status = h5_read_f32(group, name, opt->momentum[i], p->ndim, p->shape);
+        } else {
+            snprintf(name, sizeof name, "m/%s", p->name);
+            status = h5_read_f32(group, name, opt->m[i], p->ndim, p->shape);
+            snprintf(name, sizeof name, "v/%s", p->name);
+            if (status == DT_OK) status = h5_read_f32(group, name, opt->v[i], p->ndim, p->shape);
+        }
+    }
+    if (status == DT_OK) opt->step = step;
+    H5Gclose(group);
+    H5Fclose(file);
+    return status == DT_OK ? DT_OK : dt_error_context("%s: /optim", path);
+}

@@ -1,0 +1,130 @@
+/* The JSON-lines log and the progress display (formats in log.h). */
+#include "train/log.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <unistd.h>
+
+dt_status train_log_open(train_log *log, const char *path, int append, FILE *progress, int64_t print_every) {
+    *log = (train_log){.progress = progress, .print_every = print_every > 0 ? print_every : 1, .first_step = -1};
+    log->progress_is_tty = progress && isatty(fileno(progress));
+    if (path) {
+        log->file = fopen(path, append ? "a" : "w");
+        if (!log->file) return dt_errorf("%s: cannot open the log file for writing", path);
+    }
+    return DT_OK;
+}
+
+void train_log_close(train_log *log) {
+    if (log->progress && log->line_open) {
+        fputc('\n', log->progress);
+        fflush(log->progress);
+    }
+    if (log->file) fclose(log->file);
+    log->file = NULL;
+    log->line_open = 0;
+}
+
+/* JSON has no NaN: values that do not apply (or diverged) are null. */
+static void json_number(FILE *f, const char *key, double value, const char *format) {
+    fprintf(f, ",\"%s\":", key);
+    if (isfinite(value))
+        fprintf(f, format, value);
+    else
+        fputs("null", f);
+}
+
+void train_format_duration(double seconds, char *out, int capacity) {
+    if (!isfinite(seconds) || seconds < 0) seconds = 0;
+    long s = lround(seconds);
+    if (s >= 3600)
+        snprintf(out, capacity, "%ldh%02ldm", s / 3600, s / 60 % 60);
+    else if (s >= 60)
+        snprintf(out, capacity, "%ldm%02lds", s / 60, s % 60);
+    else
+        snprintf(out, capacity, "%lds", s);
+}
+
+void train_log_message(train_log *log, const char *fmt, ...) {
+    if (!log->progress) return;
+    if (log->line_open) fputc('\n', log->progress);
+    log->line_open = 0;
+    va_list args;
+    va_start(args, fmt);
+    vfprintf(log->progress, fmt, args);
+    va_end(args);
+    fputc('\n', log->progress);
+    fflush(log->progress);
+}
+
+static void print_progress(train_log *log, const train_step_record *r) {
+    if (log->first_step < 0) {
+        log->first_step = r->step - 1;
+        log->first_elapsed = r->elapsed - r->step_seconds;
+    }
+    int last = r->step == r->total_steps;
+    /* ETA from this process's average step time (the first step, with its allocations, included). */
+    double per_step = (r->elapsed - log->first_elapsed) / (double)(r->step - log->first_step);
+    char eta[32];
+    train_format_duration(per_step * (double)(r->total_steps - r->step), eta, sizeof eta);
+    if (log->progress_is_tty) {
+        if (!last && r->elapsed - log->last_draw < 0.1) return; /* redraw at most 10 times a second */
+        log->last_draw = r->elapsed;
+        fprintf(log->progress, "\rstep %lld/%lld | loss %.4f | %.0f tok/s | ETA %s    ", (long long)r->step,
+                (long long)r->total_steps, r->loss, r->tokens_per_s, eta);
+        log->line_open = 1;
+        if (last) {
+            fputc('\n', log->progress);
+            log->line_open = 0;
+        }
+    } else {
+        if (!last && r->step % log->print_every != 0 && r->step != 1) return;
+        fprintf(log->progress,
+                "step %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3g  %.0f tok/s  elapsed %.1fs  ETA %s\n",
+                (long long)r->step, (long long)r->total_steps, r->loss, r->lr, r->grad_norm, r->tokens_per_s,
+                r->elapsed, eta);
+    }
+    fflush(log->progress);
+}
+
+void train_log_step(train_log *log, const train_step_record *r) {
+    if (log->file) {
+        FILE *f = log->file;
+        fprintf(f, "{\"type\":\"step\",\"step\":%lld,\"tokens\":%lld", (long long)r->step, (long long)r->tokens);
+        json_number(f, "lr", r->lr, "%.9g");
+        json_number(f, "loss", r->loss, "%.9g");
+        json_number(f, "loss_primary", r->loss_primary, "%.9g");
+        json_number(f, "loss_branch", r->loss_branch, "%.9g");
+        json_number(f, "alpha", r->alpha, "%.9g");
+        json_number(f, "objective", r->objective, "%.9g");
+        json_number(f, "grad_norm", r->grad_norm, "%.9g");
+        json_number(f, "tokens_per_s", r->tokens_per_s, "%.1f");
+        json_number(f, "elapsed", r->elapsed, "%.3f");
+        fputs("}\n", f);
+        fflush(f);
+    }
+    if (log->progress) print_progress(log, r);
+}
+
+void train_log_eval(train_log *log, const train_eval_record *r) {
+    if (log->file) {
+        FILE *f = log->file;
+        fprintf(f, "{\"type\":\"eval\",\"step\":%lld,\"tokens\":%lld", (long long)r->step, (long long)r->tokens);
+        json_number(f, "loss", r->loss, "%.9g");
+        json_number(f, "loss_primary", r->loss_primary, "%.9g");
+        json_number(f, "loss_branch", r->loss_branch, "%.9g");
+        json_number(f, "alpha", r->alpha, "%.9g");
+        fprintf(f, ",\"windows\":%lld", (long long)r->windows);
+        json_number(f, "elapsed", r->elapsed, "%.3f");
+        fputs("}\n", f);
+        fflush(f);
+    }
+    if (log->progress) {
+        char line[256];
+        int n = snprintf(line, sizeof line, "eval step %lld: val loss %.4f", (long long)r->step, r->loss);
+        if (isfinite(r->loss_branch))
+            snprintf(line + n, sizeof line - (size_t)n, " (primary %.4f, branch %.4f, alpha %.3f)", r->loss_primary,
+                     r->loss_branch, r->alpha);
+        train_log_message(log, "%s over %lld windows", line, (long long)r->windows);
+    }
+}

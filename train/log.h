@@ -1,0 +1,61 @@
+/* What a training run reports: a JSON-lines log file (one object per step and
+ * per evaluation, flushed as written so `tail -f` and crashed runs keep it)
+ * and human progress on a stream the caller chooses (the CLI passes stdout;
+ * tests pass NULL): a live one-line display redrawn with \r on a terminal,
+ * plain periodic lines otherwise (pipes, nohup, CI logs).
+ *
+ * Step lines:  {"type":"step","step":...,"tokens":...,"lr":...,"loss":...,
+ *               "loss_primary":...,"loss_branch":...,"alpha":...,"objective":...,
+ *               "grad_norm":...,"tokens_per_s":...,"elapsed":...}
+ * Eval lines:  {"type":"eval","step":...,"tokens":...,"loss":...,"loss_primary":...,
+ *               "loss_branch":...,"alpha":...,"windows":...,"elapsed":...}
+ * `step` counts completed optimizer steps (1 after the first), `loss` is the
+ * reported loss (the mixture NLL for a Decode-Branch model), `objective` the
+ * optimised one (aux term, detach_primary), values that do not apply (no
+ * branch) are null, and losses are printed with 9 significant digits so the
+ * float32 value is exact. */
+#ifndef TRAIN_LOG_H
+#define TRAIN_LOG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/error.h"
+
+typedef struct train_step_record {
+    int64_t step, total_steps, tokens;
+    double lr, loss, loss_primary, loss_branch, alpha, objective, grad_norm;
+    double tokens_per_s; /* this step */
+    double step_seconds; /* wall time of this step */
+    double elapsed;      /* seconds of training so far */
+} train_step_record;
+
+typedef struct train_eval_record {
+    int64_t step, tokens, windows;
+    double loss, loss_primary, loss_branch, alpha, elapsed;
+} train_eval_record;
+
+typedef struct train_log {
+    FILE *file;     /* JSON lines, or NULL */
+    FILE *progress; /* human progress, or NULL */
+    int progress_is_tty;
+    int64_t print_every; /* plain lines: every this many steps */
+    int line_open;       /* a \r line is on screen and needs a newline before other output */
+    double last_draw;    /* elapsed time of the last \r redraw */
+    int64_t first_step;  /* step and elapsed of this process's first record, for the ETA */
+    double first_elapsed;
+} train_log;
+
+/* path may be NULL (no file); append = 1 continues an existing log (resume). */
+dt_status train_log_open(train_log *log, const char *path, int append, FILE *progress, int64_t print_every);
+void train_log_close(train_log *log);
+
+void train_log_step(train_log *log, const train_step_record *record);
+void train_log_eval(train_log *log, const train_eval_record *record);
+/* A plain line on the progress stream (closes a live line first). */
+void train_log_message(train_log *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* "1h02m", "3m12s", "45s" */
+void train_format_duration(double seconds, char *out, int capacity);
+
+#endif

@@ -1,0 +1,400 @@
+/* The training loop (see trainer.h): setup of a fresh or resumed run, one
+ * optimizer step, the validation sweep, checkpoints, and the loop tying them
+ * together with the token budget, evaluation and checkpoint cadence, stop
+ * requests and divergence. */
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "kernels/gemm.h"
+#include "models/model_io.h"
+
+/* What trainer_free must release (trainer.ready bits). */
+enum {
+    READY_MODEL = 1 << 0,
+    READY_OPTIM = 1 << 1,
+    READY_TOKENS = 1 << 2,
+    READY_LOADER = 1 << 3,
+    READY_CTX = 1 << 4,
+    READY_LOG = 1 << 5,
+};
+
+/* Independent streams from one seed: weights, batches, the trainer's own draws. */
+static uint64_t stream_seed(int64_t seed, uint64_t stream) { return (uint64_t)seed * 0x9E3779B97F4A7C15ULL + stream; }
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* mkdir -p */
+static dt_status make_dirs(const char *path) {
+    char buf[TRAIN_PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return dt_errorf("%s: path too long", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return dt_errorf("%s: cannot create directory (%s)", buf, strerror(errno));
+            *p = saved;
+            if (saved == '\0') break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_errorf("%s: not a directory", path);
+    return DT_OK;
+}
+
+void trainer_describe_params(const model *m, optim_param *out) {
+    for (int i = 0; i < m->n_params; i++) {
+        const model_param *p = &m->params[i];
+        const dt_tensor *t = p->tensor;
+        optim_param *o = &out[i];
+        memset(o, 0, sizeof *o);
+        o->name = p->name;
+        o->data = dt_f32(t);
+        o->grad = t->grad;
+        o->ndim = t->ndim;
+        for (int d = 0; d < t->ndim; d++)
+            o->shape[d] = t->shape[d];
+        o->size = t->size;
+        o->decay = p->is_matrix && !p->is_embedding;
+        /* Hidden matrices only: the router's few rows choose experts, and
+         * orthogonalising them would erase the scale the top-k reads. */
+        o->muon = o->decay && strstr(p->name, "router") == NULL;
+    }
+}
+
+/* The checkpoint's model must be the configured one: compare key by key. */
+static dt_status check_same_model(const model_config *stored, const model_config *wanted, const char *path) {
+    for (int i = 0; i < model_config_key_count(); i++) {
+        const char *key = model_config_key(i);
+        char a[128], b[128];
+        if (model_config_get(stored, key, a, sizeof a) != DT_OK || model_config_get(wanted, key, b, sizeof b) != DT_OK)
+            return DT_ERR;
+        if (strcmp(a, b))
+            return dt_errorf("%s holds a model with model.%s = %s, the run's config says %s", path, key, a, b);
+    }
+    return DT_OK;
+}
+
+static dt_status setup_model(trainer *t) {
+    const char *resume = t->options.resume_path;
+    if (resume) {
+        if (model_load(&t->model, resume) != DT_OK) return DT_ERR;
+        t->ready |= READY_MODEL;
+        return check_same_model(&t->model.config, &t->cfg.model, resume);
+    }
+    if (model_create(&t->model, &t->cfg.model) != DT_OK) return DT_ERR;
+    t->ready |= READY_MODEL;
+    dt_rng init_rng;
+    dt_rng_seed(&init_rng, stream_seed(t->cfg.seed, 0));
+    model_init_weights(&t->model, &init_rng);
+    return DT_OK;
+}
+
+static dt_status setup_optimizer(trainer *t) {
+    const train_config *c = &t->cfg;
+    t->optim_params = calloc((size_t)t->model.n_params, sizeof *t->optim_params);
+    if (!t->optim_params) return dt_errorf("trainer: out of memory");
+    trainer_describe_params(&t->model, t->optim_params);
+    optim_hparams hp = optim_hparams_default();
+    hp.beta1 = c->beta1;
+    hp.beta2 = c->beta2;
+    hp.eps = c->eps;
+    hp.weight_decay = c->weight_decay;
+    hp.muon_momentum = c->muon_momentum;
+    hp.muon_weight_decay = c->muon_weight_decay;
+    if (optim_init(&t->opt, c->optimizer, t->optim_params, t->model.n_params, &hp) != DT_OK) return DT_ERR;
+    t->ready |= READY_OPTIM;
+    t->schedule = (optim_schedule){
+        .kind = c->schedule,
+        .lr = c->lr,
+        .min_lr = c->min_lr,
+        .warmup_steps = train_config_warmup_steps(c),
+        .total_steps = t->total_steps,
+        .decay_fraction = c->decay_fraction,
+    };
+    return DT_OK;
+}
+
+static dt_status setup_data(trainer *t) {
+    const train_config *c = &t->cfg;
+    if (data_tokens_open(&t->tokens, c->data_path) != DT_OK) return DT_ERR;
+    t->ready |= READY_TOKENS;
+    if (t->tokens.vocab_size > c->model.vocab_size)
+        return dt_errorf("%s: its tokenizer has %lld tokens but model.vocab_size = %lld", c->data_path,
+                         (long long)t->tokens.vocab_size, (long long)c->model.vocab_size);
+    if (data_split_windows(&t->tokens, SPLIT_VAL, c->seq_len) < 1)
+        return dt_errorf("%s: /val has %lld tokens, fewer than seq_len + 1 = %lld (nothing to evaluate on)",
+                         c->data_path, (long long)t->tokens.split_length[SPLIT_VAL], (long long)(c->seq_len + 1));
+    if (data_loader_init(&t->loader, &t->tokens, c->batch_size, c->seq_len, stream_seed(c->seed, 1)) != DT_OK)
+        return DT_ERR;
+    t->ready |= READY_LOADER;
+    t->inputs = dt_tensor_new(DT_I32, DT_SHAPE(c->batch_size, c->seq_len));
+    t->targets = dt_tensor_new(DT_I32, DT_SHAPE(c->batch_size, c->seq_len));
+    if (!t->inputs || !t->targets) return DT_ERR;
+    return DT_OK;
+}
+
+static dt_status setup_state(trainer *t) {
+    const char *resume = t->options.resume_path;
+    memset(&t->state, 0, sizeof t->state);
+    if (!resume) {
+        t->state.loader_rng = t->loader.rng;
+        dt_rng_seed(&t->state.trainer_rng, stream_seed(t->cfg.seed, 2));
+        return DT_OK;
+    }
+    if (train_checkpoint_read_optim(resume, &t->opt) != DT_OK) return DT_ERR;
+    if (train_checkpoint_read_state(resume, &t->state, NULL) != DT_OK) return DT_ERR;
+    t->loader.rng = t->state.loader_rng;
+    t->loader.windows_drawn = t->state.windows_drawn;
+    t->last_checkpoint_step = t->state.step;
+    return DT_OK;
+}
+
+dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_options *options) {
+    memset(t, 0, sizeof *t);
+    t->cfg = *cfg;
+    if (options) t->options = *options;
+    t->last_checkpoint_step = -1;
+    const train_config *c = &t->cfg;
+    if (c->threads > 0) k_set_threads((int)c->threads);
+    t->total_steps = train_config_total_steps(c);
+
+    size_t length = train_config_format(c, NULL, 0);
+    t->config_text = malloc(length + 1);
+    if (!t->config_text) return dt_errorf("trainer: out of memory");
+    train_config_format(c, t->config_text, length + 1);
+
+    if (make_dirs(c->out_dir) != DT_OK) goto fail;
+    snprintf(t->checkpoint_path, sizeof t->checkpoint_path, "%s/checkpoint.h5", c->out_dir);
+    if (c->log_file[0] == '/')
+        snprintf(t->log_path, sizeof t->log_path, "%s", c->log_file);
+    else
+        snprintf(t->log_path, sizeof t->log_path, "%s/%s", c->out_dir, c->log_file);
+
+    if (setup_model(t) != DT_OK || setup_optimizer(t) != DT_OK || setup_data(t) != DT_OK || setup_state(t) != DT_OK)
+        goto fail;
+    if (ag_ctx_init(&t->ctx, 0) != DT_OK) goto fail;
+    t->ready |= READY_CTX;
+    int64_t print_every = c->print_every > 0 ? c->print_every : (t->total_steps + 49) / 50;
+    if (train_log_open(&t->log, t->log_path, t->options.resume_path != NULL, t->options.progress, print_every) != DT_OK)
+        goto fail;
+    t->ready |= READY_LOG;
+    return DT_OK;
+fail:
+    trainer_free(t);
+    return DT_ERR;
+}
+
+void trainer_free(trainer *t) {
+    if (t->ready & READY_LOG) train_log_close(&t->log);
+    if (t->ready & READY_CTX) ag_ctx_free(&t->ctx);
+    dt_tensor_free(t->inputs);
+    dt_tensor_free(t->targets);
+    if (t->ready & READY_LOADER) data_loader_free(&t->loader);
+    if (t->ready & READY_TOKENS) data_tokens_close(&t->tokens);
+    if (t->ready & READY_OPTIM) optim_free(&t->opt);
+    free(t->optim_params);
+    if (t->ready & READY_MODEL) model_free(&t->model);
+    free(t->config_text);
+    memset(t, 0, sizeof *t);
+}
+
+/* Mean of an arena tensor (alpha [B, T]); NaN when absent. */
+static double tensor_mean(const dt_tensor *x) {
+    if (!x) return NAN;
+    double sum = 0;
+    const float *v = dt_f32(x);
+    for (int64_t i = 0; i < x->size; i++)
+        sum += v[i];
+    return sum / (double)x->size;
+}
+
+static double scalar(const dt_tensor *x) { return x ? (double)dt_f32(x)[0] : NAN; }
+
+dt_status trainer_step(trainer *t, train_step_record *record) {
+    const train_config *c = &t->cfg;
+    const int64_t step = t->state.step; /* 0-based index of the step being taken */
+    const double start = now_seconds();
+    /* The final norm's weight: every position of every family reads it. */
+    if (t->options.poison_step > 0 && step + 1 == t->options.poison_step) dt_f32(t->model.final_norm)[0] = NAN;
+
+    double objective = 0, loss = 0, loss_primary = 0, loss_branch = 0, alpha = 0;
+    for (int64_t micro = 0; micro < c->grad_accum; micro++) {
+        if (data_loader_next(&t->loader, dt_i32(t->inputs), dt_i32(t->targets)) != DT_OK) return DT_ERR;
+        ag_reset(&t->ctx);
+        model_outputs out;
+        if (model_forward(&t->model, &t->ctx, t->inputs, t->targets, &out) != DT_OK)
+            return dt_error_context("step %lld", (long long)(step + 1));
+        double micro_objective = scalar(out.loss);
+        if (!isfinite(micro_objective))
+            return dt_errorf("step %lld: loss is %g; stopping (the weights are not saved)", (long long)(step + 1),
+                             micro_objective);
+        objective += micro_objective;
+        loss += scalar(out.loss_reported);
+        loss_primary += scalar(out.loss_primary);
+        loss_branch += scalar(out.loss_branch);
+        alpha += tensor_mean(out.alpha);
+        if (ag_backward(&t->ctx, out.loss) != DT_OK) return dt_error_context("step %lld", (long long)(step + 1));
+    }
+    const int n = t->model.n_params;
+    if (c->grad_accum > 1) optim_scale_grads(t->optim_params, n, 1.0f / (float)c->grad_accum);
+    double grad_norm = optim_clip_grad_norm(t->optim_params, n, c->grad_clip);
+    if (!isfinite(grad_norm))
+        return dt_errorf("step %lld: gradient norm is %g; stopping (the weights are not saved)", (long long)(step + 1),
+                         grad_norm);
+    double lr = optim_schedule_lr(&t->schedule, step);
+    /* Muon follows the same schedule shape at its own peak. */
+    optim_step(&t->opt, lr, c->muon_lr * lr / c->lr);
+    model_zero_grad(&t->model);
+
+    const int64_t step_tokens = train_config_tokens_per_step(c);
+    const double seconds = now_seconds() - start;
+    t->state.step++;
+    t->state.tokens_seen += step_tokens;
+    t->state.elapsed_seconds += seconds;
+    t->state.loader_rng = t->loader.rng;
+    t->state.windows_drawn = t->loader.windows_drawn;
+
+    const double inv = 1.0 / (double)c->grad_accum;
+    *record = (train_step_record){
+        .step = t->state.step,
+        .total_steps = t->total_steps,
+        .tokens = t->state.tokens_seen,
+        .lr = lr,
+        .loss = loss * inv,
+        .loss_primary = loss_primary * inv,
+        .loss_branch = loss_branch * inv,
+        .alpha = alpha * inv,
+        .objective = objective * inv,
+        .grad_norm = grad_norm,
+        .tokens_per_s = seconds > 0 ? (double)step_tokens / seconds : 0,
+        .step_seconds = seconds,
+        .elapsed = t->state.elapsed_seconds,
+    };
+    train_log_step(&t->log, record);
+    return DT_OK;
+}
+
+dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
+    const train_config *c = &t->cfg;
+    const int64_t T = c->seq_len, B = c->batch_size;
+    int64_t n_windows = data_split_windows(&t->tokens, SPLIT_VAL, T);
+    if (c->eval_windows > 0 && c->eval_windows < n_windows) n_windows = c->eval_windows;
+    double loss = 0, loss_primary = 0, loss_branch = 0, alpha = 0;
+    int previous = ag_set_grad_enabled(&t->ctx, 0);
+    dt_status status = DT_OK;
+    for (int64_t first = 0; first < n_windows && status == DT_OK; first += B) {
+        const int64_t rows = n_windows - first < B ? n_windows - first : B;
+        int32_t *inputs = dt_i32(t->inputs), *targets = dt_i32(t->targets);
+        for (int64_t r = 0; r < rows && status == DT_OK; r++)
+            status = data_split_window(&t->tokens, SPLIT_VAL, first + r, T, inputs + r * T, targets + r * T);
+        if (status != DT_OK) break;
+        /* A last, partial batch: views of the first `rows` rows. */
+        dt_tensor input_view, target_view;
+        dt_tensor_init(&input_view, DT_I32, DT_SHAPE(rows, T), inputs);
+        dt_tensor_init(&target_view, DT_I32, DT_SHAPE(rows, T), targets);
+        ag_reset(&t->ctx);
+        model_outputs out;
+        status = model_forward(&t->model, &t->ctx, &input_view, &target_view, &out);
+        if (status != DT_OK) break;
+        /* Every window has T positions: weighting batch means by rows gives the mean over positions. */
+        loss += scalar(out.loss_reported) * (double)rows;
+        loss_primary += scalar(out.loss_primary) * (double)rows;
+        loss_branch += scalar(out.loss_branch) * (double)rows;
+        alpha += tensor_mean(out.alpha) * (double)rows;
+    }
+    ag_set_grad_enabled(&t->ctx, previous);
+    ag_reset(&t->ctx);
+    if (status != DT_OK) return dt_error_context("evaluation at step %lld", (long long)t->state.step);
+    const double inv = 1.0 / (double)n_windows;
+    *record = (train_eval_record){
+        .step = t->state.step,
+        .tokens = t->state.tokens_seen,
+        .windows = n_windows,
+        .loss = loss * inv,
+        .loss_primary = loss_primary * inv,
+        .loss_branch = loss_branch * inv,
+        .alpha = alpha * inv,
+        .elapsed = t->state.elapsed_seconds,
+    };
+    train_log_eval(&t->log, record);
+    return DT_OK;
+}
+
+dt_status trainer_save(trainer *t) {
+    if (train_checkpoint_save(t->checkpoint_path, &t->model, &t->opt, &t->state, t->config_text) != DT_OK)
+        return DT_ERR;
+    t->last_checkpoint_step = t->state.step;
+    return DT_OK;
+}
+
+static int stop_requested(const trainer *t) {
+    if (t->options.stop_flag && *t->options.stop_flag) return 1;
+    return t->options.stop_after_step > 0 && t->state.step >= t->options.stop_after_step;
+}
+
+dt_status trainer_run(trainer *t, trainer_result *result) {
+    const train_config *c = &t->cfg;
+    memset(result, 0, sizeof *result);
+    const int64_t params = model_param_count(&t->model, -1);
+    train_log_message(&t->log, "training: %lld steps of %lld tokens (budget %lld), %s, %.2fM parameters",
+                      (long long)t->total_steps, (long long)train_config_tokens_per_step(c), (long long)c->tokens,
+                      optim_kind_name(c->optimizer), (double)params / 1e6);
+    if (t->options.resume_path)
+        train_log_message(&t->log, "resumed from %s at step %lld (%lld tokens)", t->options.resume_path,
+                          (long long)t->state.step, (long long)t->state.tokens_seen);
+
+    dt_status status = DT_OK;
+    train_step_record record;
+    while (t->state.step < t->total_steps && !stop_requested(t)) {
+        if (trainer_step(t, &record) != DT_OK) {
+            status = DT_ERR;
+            break;
+        }
+        const int64_t step = t->state.step;
+        if (step == t->total_steps) break; /* the final eval and checkpoint follow the loop */
+        train_eval_record eval;
+        if (c->eval_every > 0 && step % c->eval_every == 0 && trainer_evaluate(t, &eval) != DT_OK) {
+            status = DT_ERR;
+            break;
+        }
+        if (c->checkpoint_every > 0 && step % c->checkpoint_every == 0 && trainer_save(t) != DT_OK) {
+            status = DT_ERR;
+            break;
+        }
+    }
+    if (status != DT_OK) {
+        if (t->last_checkpoint_step >= 0) {
+            char message[512];
+            snprintf(message, sizeof message, "%s", dt_error_message());
+            dt_errorf("%s; last good checkpoint: %s (step %lld)", message, t->checkpoint_path,
+                      (long long)t->last_checkpoint_step);
+        }
+        return DT_ERR;
+    }
+
+    if (t->state.step >= t->total_steps) {
+        if (trainer_evaluate(t, &result->final_eval) != DT_OK) return DT_ERR;
+        result->evaluated = 1;
+    } else {
+        result->stopped = 1;
+    }
+    if (trainer_save(t) != DT_OK) return DT_ERR;
+    train_log_message(&t->log, "%s at step %lld/%lld; checkpoint %s", result->stopped ? "stopped" : "finished",
+                      (long long)t->state.step, (long long)t->total_steps, t->checkpoint_path);
+    result->steps = t->state.step;
+    result->tokens = t->state.tokens_seen;
+    result->elapsed_seconds = t->state.elapsed_seconds;
+    return DT_OK;
+}

@@ -1,0 +1,95 @@
+/* The training loop.
+ *
+ * A step is grad_accum micro-batches of batch_size x seq_len tokens: for each,
+ * ag_reset, model_forward, ag_backward (parameter gradients accumulate); then
+ * the average over micro-batches, the global-norm clip, one optimizer step at
+ * the schedule's learning rate, and zeroed gradients. The run stops at the
+ * token budget (train.tokens), so two models given the same budget have seen
+ * the same number of tokens (the matched-token comparison). Evaluation on the
+ * validation sweep runs every eval_every steps and at the end; checkpoints
+ * every checkpoint_every steps and at the end (also when stopped).
+ *
+ * After the first step nothing on a step's path calls malloc: activations
+ * and the tape come from the context's arena, which folds into one chunk at
+ * the second reset, and every other buffer is allocated in trainer_init.
+ *
+ * A resumed run (options.resume_path) restores weights, optimizer state, the
+ * batch stream and the trainer RNG, so with the same thread count it produces
+ * the same per-step losses, bit for bit, as the run that was never stopped.
+ *
+ * A non-finite loss or gradient norm stops the run with an error before the
+ * optimizer touches the weights; no checkpoint is written then, so the last
+ * good one stays on disk. */
+#ifndef TRAIN_TRAINER_H
+#define TRAIN_TRAINER_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "autograd/tape.h"
+#include "data/loader.h"
+#include "data/tokens.h"
+#include "models/model.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+#include "train/log.h"
+#include "train/run_config.h"
+
+typedef struct trainer_options {
+    const char *resume_path;          /* continue from this checkpoint (NULL: a fresh run) */
+    FILE *progress;                   /* human progress (NULL: silent) */
+    volatile sig_atomic_t *stop_flag; /* set from a signal handler: finish the step, checkpoint, return */
+    int64_t stop_after_step;          /* > 0: stop (with a checkpoint) once this many steps are done */
+    int64_t poison_step;              /* test hook, > 0: a NaN is written into final_norm before this step */
+} trainer_options;
+
+typedef struct trainer_result {
+    int64_t steps;  /* steps completed (over all segments of the run) */
+    int64_t tokens; /* training tokens seen */
+    int stopped;    /* 1: stopped early (signal or stop_after_step); a checkpoint was written */
+    int evaluated;  /* final_eval holds the end-of-run evaluation */
+    train_eval_record final_eval;
+    double elapsed_seconds;
+} trainer_result;
+
+typedef struct trainer {
+    train_config cfg;
+    trainer_options options;
+    char *config_text; /* resolved INI text (stored in checkpoints) */
+    char checkpoint_path[TRAIN_PATH_MAX + 32];
+    char log_path[2 * TRAIN_PATH_MAX];
+    model model;
+    optim_param *optim_params; /* [model.n_params] views of the model's parameters */
+    optimizer opt;
+    optim_schedule schedule;
+    data_tokens tokens;
+    data_loader loader;
+    ag_ctx ctx;
+    dt_tensor *inputs, *targets; /* int32 [B, T] heap tensors reused every micro-batch */
+    train_state state;
+    train_log log;
+    int64_t total_steps;
+    int64_t last_checkpoint_step; /* -1: none written by this process */
+    int ready;                    /* bit flags of what trainer_free must release */
+} trainer;
+
+/* Builds everything (fresh or resumed); cfg must have passed train_config_validate. */
+dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_options *options);
+void trainer_free(trainer *t);
+
+/* One optimizer step; fills *record (also written to the log). */
+dt_status trainer_step(trainer *t, train_step_record *record);
+/* Validation loss over the sweep (eval_windows windows, or all), no-grad mode. */
+dt_status trainer_evaluate(trainer *t, train_eval_record *record);
+/* Writes out_dir/checkpoint.h5 (PATH.tmp + rename). */
+dt_status trainer_save(trainer *t);
+/* The loop: steps to the budget (or a stop), evaluations, checkpoints. */
+dt_status trainer_run(trainer *t, trainer_result *result);
+
+/* The parameters' optimizer view: decay for matrices that are not embeddings;
+ * Muon for the same set minus MoE routers (which stay on AdamW). */
+void trainer_describe_params(const model *m, optim_param *out);
+
+#endif
