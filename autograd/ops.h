@@ -9,6 +9,28 @@
 /* ---- linear algebra ---- */
 /* x [..., K], weight [N, K], bias [N] or NULL -> [..., N] */
 dt_tensor *ag_linear(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias);
+/* Fused forms that keep less and pass over memory fewer times.
+ * gelu(x W^T + b): the MLP's first map and its activation (the pre-activation
+ * is kept for the backward, not a separate linear output). */
+dt_tensor *ag_linear_gelu(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias);
+/* residual + (x W^T + b), the same numbers as ag_add(residual, ag_linear(x,
+ * weight, bias)) bit for bit, without keeping the linear output:
+ * residual [..., N], x [..., K] with the same leading dims. */
+dt_tensor *ag_linear_residual(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor *weight, dt_tensor *bias);
+/* The whole GPT-2 MLP on the residual stream: residual + proj(gelu(fc(x))),
+ * the same numbers as ag_linear_residual(residual, ag_linear_gelu(x, fc,
+ * fc_bias), proj, proj_bias) bit for bit. Keeps only the pre-activation
+ * [..., F]: the backward recomputes the GELU output instead of storing it (one
+ * [..., F] activation less per layer). fc [F, C], proj [C, F]. */
+dt_tensor *ag_mlp_gelu(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor *fc, dt_tensor *fc_bias,
+                       dt_tensor *proj, dt_tensor *proj_bias);
+/* The decode branch's coupled maps (SPEC §2: q2, z2, m2) in one op:
+ *     out = [residual +] act(x W^T + b) + coupled ⊙ couple
+ * act = GELU when gelu, else identity; residual [..., N] may be NULL;
+ * coupled [..., N] and couple [N] may both be NULL. Keeps no intermediate but
+ * the GELU's pre-activation. */
+dt_tensor *ag_linear_coupled(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor *weight, dt_tensor *bias,
+                             int gelu, dt_tensor *coupled, dt_tensor *couple);
 
 /* ---- elementwise ---- */
 dt_tensor *ag_add(ag_ctx *ctx, dt_tensor *a, dt_tensor *b);          /* same shapes */
@@ -16,6 +38,7 @@ dt_tensor *ag_mul(ag_ctx *ctx, dt_tensor *a, dt_tensor *b);          /* same sha
 dt_tensor *ag_scale(ag_ctx *ctx, dt_tensor *a, float s);
 dt_tensor *ag_add_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *v);      /* x [..., C] + v [C] */
 dt_tensor *ag_mul_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *v);      /* x [..., C] * v [C] */
+dt_tensor *ag_add_mul_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *y, dt_tensor *v); /* x + y ⊙ v; x, y [..., C], v [C] */
 dt_tensor *ag_scale_rows(ag_ctx *ctx, dt_tensor *x, dt_tensor *s);   /* x [M, C] * s [M] per row */
 dt_tensor *ag_clip(ag_ctx *ctx, dt_tensor *x, float lo, float hi);   /* no gradient outside [lo, hi] */
 /* log(exp a + exp b), elementwise, stable */
@@ -38,6 +61,10 @@ dt_tensor *ag_detach(ag_ctx *ctx, dt_tensor *x);
 /* ---- indexing (embeddings, MoE dispatch and combine) ---- */
 /* weight [V, C], tokens int32 [...] -> [..., C]; token ids are checked against V */
 dt_tensor *ag_embedding(ag_ctx *ctx, dt_tensor *weight, dt_tensor *tokens);
+/* weight[tokens] + pos_weight[positions] in one op, the same numbers as
+ * ag_add of the two lookups: tokens, positions int32 of one shape [...]. */
+dt_tensor *ag_embedding_pos(ag_ctx *ctx, dt_tensor *weight, dt_tensor *tokens, dt_tensor *pos_weight,
+                            dt_tensor *positions);
 /* x [N, C], idx int32 [M] -> [M, C] = x[idx] */
 dt_tensor *ag_gather_rows(ag_ctx *ctx, dt_tensor *x, dt_tensor *idx);
 /* src [M, C], idx int32 [M] -> [n_rows, C] with out[idx[m]] += src[m] */

@@ -29,12 +29,21 @@ static int check_vec(const char *op, const dt_tensor *x, const dt_tensor *v) {
 
 /* ---- add: out = a + b ---- */
 
+/* d_t += d_out, or d_t = d_out when t's gradient is a fresh buffer (no zero-fill). */
+static void pass_gradient(ag_ctx *ctx, dt_tensor *t, const float *d_out, int64_t n) {
+    int accumulate;
+    float *d_t = ag_grad_for_write(ctx, t, &accumulate);
+    if (!d_t) return;
+    if (accumulate) k_accumulate(d_t, d_out, n);
+    else k_scale(d_t, d_out, 1.0f, n); /* a copy */
+}
+
 static void add_backward(ag_ctx *ctx, ag_node *node) {
     float *d_out = node->out->grad; /* [n] */
     int64_t n = node->out->size;
-    float *d_a = ag_grad(ctx, node->in[0]), *d_b = ag_grad(ctx, node->in[1]);
-    if (d_a) k_accumulate(d_a, d_out, n);
-    if (d_b) k_accumulate(d_b, d_out, n);
+    /* a + a: both inputs are one tensor, and its gradient gets d_out twice */
+    pass_gradient(ctx, node->in[0], d_out, n);
+    pass_gradient(ctx, node->in[1], d_out, n);
 }
 
 dt_tensor *ag_add(ag_ctx *ctx, dt_tensor *a, dt_tensor *b) {
@@ -125,6 +134,28 @@ dt_tensor *ag_mul_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *v) {
     k_mul_vec(dt_f32(out), dt_f32(x), dt_f32(v), dt_rows(x), dt_cols(x));
     dt_tensor *inputs[2] = {x, v};
     if (ag_needs_grad(ctx, inputs, 2) && !ag_record(ctx, "mul_vec", mul_vec_backward, out, inputs, 2)) return NULL;
+    return out;
+}
+
+/* ---- add_mul_vec: out [M,C] = x [M,C] + y [M,C] * v [C] (a coupling term, one op) ---- */
+
+static void add_mul_vec_backward(ag_ctx *ctx, ag_node *node) {
+    dt_tensor *x = node->in[0], *y = node->in[1], *v = node->in[2];
+    const float *d_out = node->out->grad; /* [M,C] */
+    pass_gradient(ctx, x, d_out, x->size);
+    k_mul_vec_backward(ag_grad(ctx, y), ag_grad(ctx, v), d_out, dt_f32(y), dt_f32(v), dt_rows(y), dt_cols(y));
+}
+
+dt_tensor *ag_add_mul_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *y, dt_tensor *v) {
+    if (!x || !y || !v) return NULL;
+    if (!check_same("add_mul_vec", x, y) || !check_vec("add_mul_vec", y, v)) return NULL;
+    dt_tensor *out = ag_tensor_like(ctx, x);
+    if (!out) return NULL;
+    k_scale(dt_f32(out), dt_f32(x), 1.0f, x->size); /* a copy */
+    k_accumulate_mul_vec(dt_f32(out), dt_f32(y), dt_f32(v), dt_rows(y), dt_cols(y));
+    dt_tensor *inputs[3] = {x, y, v};
+    if (ag_needs_grad(ctx, inputs, 3) && !ag_record(ctx, "add_mul_vec", add_mul_vec_backward, out, inputs, 3))
+        return NULL;
     return out;
 }
 

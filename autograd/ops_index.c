@@ -36,6 +36,45 @@ dt_tensor *ag_embedding(ag_ctx *ctx, dt_tensor *weight, dt_tensor *tokens) {
     return out;
 }
 
+/* ---- embedding_pos: weight [V,C], pos_weight [P,C], tokens, positions int32 [...] -> [..., C] ---- */
+
+static void embedding_pos_backward(ag_ctx *ctx, ag_node *node) {
+    dt_tensor *weight = node->in[0], *tokens = node->in[1], *pos_weight = node->in[2], *positions = node->in[3];
+    float *d_weight = ag_grad(ctx, weight), *d_pos = ag_grad(ctx, pos_weight); /* [V,C], [P,C] */
+    const int64_t C = dt_cols(weight);
+    if (d_weight) k_embedding_backward(d_weight, node->out->grad, dt_i32(tokens), tokens->size, C);
+    if (d_pos) k_embedding_backward(d_pos, node->out->grad, dt_i32(positions), positions->size, C);
+}
+
+dt_tensor *ag_embedding_pos(ag_ctx *ctx, dt_tensor *weight, dt_tensor *tokens, dt_tensor *pos_weight,
+                            dt_tensor *positions) {
+    static const char *op = "embedding_pos";
+    if (!weight || !tokens || !pos_weight || !positions) return NULL;
+    if (!ag_check_f32(op, "weight", weight) || !ag_check_f32(op, "pos_weight", pos_weight) ||
+        !ag_check_i32(op, "tokens", tokens) || !ag_check_i32(op, "positions", positions))
+        return NULL;
+    if (weight->ndim != 2 || pos_weight->ndim != 2 || weight->shape[1] != pos_weight->shape[1])
+        return ag_fail_shapes(op, weight, pos_weight, "are not weight [V, C] and pos_weight [P, C]");
+    if (!dt_same_shape(tokens, positions)) return ag_fail_shapes(op, tokens, positions, "differ (must be equal)");
+    if (tokens->ndim >= DT_MAX_DIMS) return ag_fail_shape(op, "tokens", tokens, "(at most 3 dims: the output adds C)");
+    const int64_t C = weight->shape[1];
+    if (!ag_check_ids(op, "token", tokens, weight->shape[0]) ||
+        !ag_check_ids(op, "position", positions, pos_weight->shape[0]))
+        return NULL;
+    int64_t shape[DT_MAX_DIMS];
+    for (int i = 0; i < tokens->ndim; i++)
+        shape[i] = tokens->shape[i];
+    shape[tokens->ndim] = C;
+    dt_tensor *out = ag_tensor(ctx, DT_F32, tokens->ndim + 1, shape); /* [..., C] */
+    if (!out) return NULL;
+    /* token row, then the position row added: the numbers of ag_add(lookup, lookup) */
+    k_embedding_forward(dt_f32(out), dt_f32(weight), dt_i32(tokens), tokens->size, C);
+    k_embedding_accumulate(dt_f32(out), dt_f32(pos_weight), dt_i32(positions), positions->size, C);
+    dt_tensor *inputs[4] = {weight, tokens, pos_weight, positions};
+    if (ag_needs_grad(ctx, inputs, 4) && !ag_record(ctx, op, embedding_pos_backward, out, inputs, 4)) return NULL;
+    return out;
+}
+
 /* ---- gather_rows: x [N,C], idx [M] -> out [M,C] = x[idx] ---- */
 
 static void gather_rows_backward(ag_ctx *ctx, ag_node *node) {

@@ -1,34 +1,268 @@
 /* ag_linear: y = x W^T (+ b) over the last dim of x (leading dims flattened to
- * rows), forward and backward through the BLIS-backed k_linear_* kernels. */
+ * rows), forward and backward through the BLIS-backed k_linear_* kernels; and
+ * its fused forms: the MLP's first map with its GELU (ag_linear_gelu), a map
+ * added onto the residual stream (ag_linear_residual), the whole GPT-2 MLP
+ * with the GELU output recomputed in the backward (ag_mlp_gelu), and the
+ * decode branch's coupled maps (ag_linear_coupled).
+ *
+ * Backward writes d_x with the GEMM's beta = 0 when d_x is a fresh buffer
+ * (ag_grad_for_write): no zero-fill, and no read of the zeros. */
 #include "autograd/ops.h"
 #include "autograd/ops_internal.h"
+#include "kernels/activation.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 
-/* in: x [M,K], weight [N,K], bias [N] or NULL; out [M,N] */
+/* Checks x [..., K] against weight [N, K] and bias [N] (or NULL). */
+static int check_linear(const char *op, const dt_tensor *x, const dt_tensor *weight, const dt_tensor *bias) {
+    if (!ag_check_f32(op, "x", x) || !ag_check_f32(op, "weight", weight)) return 0;
+    if (weight->ndim != 2) {
+        ag_fail_shape(op, "weight", weight, "(must be [N, K])");
+        return 0;
+    }
+    if (dt_cols(x) != weight->shape[1]) {
+        ag_fail_shapes(op, x, weight, "do not match (x [..., K], weight [N, K])");
+        return 0;
+    }
+    if (bias) {
+        if (!ag_check_f32(op, "bias", bias)) return 0;
+        if (bias->ndim != 1 || bias->shape[0] != weight->shape[0]) {
+            ag_fail_shapes(op, weight, bias, "do not match (weight [N, K], bias [N])");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The three gradients of y = x W^T + b given d_y [M,N]: d_x (written or
+ * added, see above), d_W [N,K] and d_b [N] added. */
+static void linear_gradients(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const float *d_y) {
+    const int64_t M = dt_rows(x), K = dt_cols(x), N = weight->shape[0];
+    int accumulate;
+    float *d_x = ag_grad_for_write(ctx, x, &accumulate); // [M,K]
+    if (d_x) k_gemm(0, 0, M, K, N, 1.0f, d_y, N, dt_f32(weight), K, accumulate ? 1.0f : 0.0f, d_x, K);
+    k_linear_backward(NULL, ag_grad(ctx, weight), ag_grad(ctx, bias), d_y, dt_f32(x), dt_f32(weight), M, K, N);
+}
+
+/* ---- linear: in x [M,K], weight [N,K], bias [N] or NULL; out [M,N] ---- */
+
 static void linear_backward(ag_ctx *ctx, ag_node *node) {
-    dt_tensor *x = node->in[0], *weight = node->in[1], *bias = node->in[2];
-    int64_t M = dt_rows(x), K = dt_cols(x), N = weight->shape[0];
-    k_linear_backward(ag_grad(ctx, x), ag_grad(ctx, weight), ag_grad(ctx, bias), node->out->grad, dt_f32(x),
-                      dt_f32(weight), M, K, N);
+    linear_gradients(ctx, node->in[0], node->in[1], node->in[2], node->out->grad);
 }
 
 dt_tensor *ag_linear(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
     static const char *op = "linear";
     if (!x || !weight) return NULL;
-    if (!ag_check_f32(op, "x", x) || !ag_check_f32(op, "weight", weight)) return NULL;
-    if (weight->ndim != 2) return ag_fail_shape(op, "weight", weight, "(must be [N, K])");
-    if (dt_cols(x) != weight->shape[1])
-        return ag_fail_shapes(op, x, weight, "do not match (x [..., K], weight [N, K])");
+    if (!check_linear(op, x, weight, bias)) return NULL;
     int64_t M = dt_rows(x), K = dt_cols(x), N = weight->shape[0];
-    if (bias) {
-        if (!ag_check_f32(op, "bias", bias)) return NULL;
-        if (bias->ndim != 1 || bias->shape[0] != N)
-            return ag_fail_shapes(op, weight, bias, "do not match (weight [N, K], bias [N])");
-    }
     dt_tensor *out = ag_tensor_like_rows(ctx, x, N); /* [..., N] */
     if (!out) return NULL;
     k_linear_forward(dt_f32(out), dt_f32(x), dt_f32(weight), bias ? dt_f32(bias) : NULL, M, K, N);
     dt_tensor *inputs[3] = {x, weight, bias};
     if (ag_needs_grad(ctx, inputs, 3) && !ag_record(ctx, op, linear_backward, out, inputs, 3)) return NULL;
+    return out;
+}
+
+/* ---- linear_gelu: out [M,N] = gelu(x W^T + b); saved: the pre-activation [M,N] ---- */
+
+static void linear_gelu_backward(ag_ctx *ctx, ag_node *node) {
+    dt_tensor *x = node->in[0], *weight = node->in[1], *bias = node->in[2];
+    dt_tensor *pre = node->saved; /* [M,N] */
+    const int64_t M = dt_rows(pre), N = dt_cols(pre);
+    /* d_pre borrows a gradient buffer for the span of this backward. */
+    pre->requires_grad = 1;
+    int accumulate;
+    float *d_pre = ag_grad_for_write(ctx, pre, &accumulate); // [M,N]
+    if (!d_pre) return; /* out of memory: the arena recorded why */
+    k_bias_gelu_backward(d_pre, accumulate, ag_grad(ctx, bias), node->out->grad, dt_f32(pre), M, N);
+    linear_gradients(ctx, x, weight, NULL, d_pre); /* d_b came with the GELU pass */
+    ag_release_grad(ctx, pre);
+}
+
+dt_tensor *ag_linear_gelu(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
+    static const char *op = "linear_gelu";
+    if (!x || !weight) return NULL;
+    if (!check_linear(op, x, weight, bias)) return NULL;
+    int64_t M = dt_rows(x), K = dt_cols(x), N = weight->shape[0];
+    dt_tensor *pre = ag_tensor_like_rows(ctx, x, N); /* [..., N] before the GELU */
+    dt_tensor *out = ag_tensor_like_rows(ctx, x, N); /* [..., N] */
+    if (!pre || !out) return NULL;
+    k_gemm(0, 1, M, N, K, 1.0f, dt_f32(x), K, dt_f32(weight), K, 0.0f, dt_f32(pre), N);
+    k_bias_gelu_forward(dt_f32(out), dt_f32(pre), bias ? dt_f32(bias) : NULL, M, N);
+    dt_tensor *inputs[3] = {x, weight, bias};
+    if (ag_needs_grad(ctx, inputs, 3)) {
+        ag_node *node = ag_record(ctx, op, linear_gelu_backward, out, inputs, 3);
+        if (!node) return NULL;
+        node->saved = pre;
+    }
+    return out;
+}
+
+/* ---- linear_residual: out [M,N] = residual + (x W^T + b) ---- */
+
+static void linear_residual_backward(ag_ctx *ctx, ag_node *node) {
+    dt_tensor *residual = node->in[0], *x = node->in[1], *weight = node->in[2], *bias = node->in[3];
+    const float *d_out = node->out->grad; /* [M,N] */
+    int accumulate;
+    float *d_residual = ag_grad_for_write(ctx, residual, &accumulate);
+    if (d_residual) {
+        if (accumulate) k_accumulate(d_residual, d_out, residual->size);
+        else k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
+    }
+    linear_gradients(ctx, x, weight, bias, d_out);
+}
+
+dt_tensor *ag_linear_residual(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
+    static const char *op = "linear_residual";
+    if (!residual || !x || !weight) return NULL;
+    if (!check_linear(op, x, weight, bias) || !ag_check_f32(op, "residual", residual)) return NULL;
+    int64_t M = dt_rows(x), K = dt_cols(x), N = weight->shape[0];
+    if (dt_rows(residual) != M || dt_cols(residual) != N)
+        return ag_fail_shapes(op, residual, x, "do not match (residual [..., N], x [..., K] with the same rows)");
+    dt_tensor *out = ag_tensor_like(ctx, residual); /* [..., N] */
+    if (!out) return NULL;
+    /* The linear output first, then the residual added onto it: a + b == b + a
+     * exactly, so this is ag_add(residual, ag_linear(...)) to the bit. */
+    k_linear_forward(dt_f32(out), dt_f32(x), dt_f32(weight), bias ? dt_f32(bias) : NULL, M, K, N);
+    k_accumulate(dt_f32(out), dt_f32(residual), M * N);
+    dt_tensor *inputs[4] = {residual, x, weight, bias};
+    if (ag_needs_grad(ctx, inputs, 4) && !ag_record(ctx, op, linear_residual_backward, out, inputs, 4)) return NULL;
+    return out;
+}
+
+/* ---- mlp_gelu: out [M,C] = residual + gelu(x fc^T + b_fc) proj^T + b_proj; saved: pre [M,F] ---- */
+
+static void mlp_gelu_backward(ag_ctx *ctx, ag_node *node) {
+    dt_tensor *residual = node->in[0], *x = node->in[1], *fc = node->in[2], *fc_bias = node->in[3];
+    dt_tensor *proj = node->in[4], *proj_bias = node->in[5];
+    dt_tensor *pre = node->saved; /* [M,F] */
+    const int64_t M = dt_rows(pre), F = dt_cols(pre), C = proj->shape[0];
+    const float *d_out = node->out->grad; /* [M,C] */
+    int accumulate;
+    float *d_residual = ag_grad_for_write(ctx, residual, &accumulate);
+    if (d_residual) {
+        if (accumulate) k_accumulate(d_residual, d_out, residual->size);
+        else k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
+    }
+    float *hidden = ag_temp(ctx, M * F); /* [M,F]: gelu(pre), then its gradient, then d_pre */
+    if (!hidden) return;                 /* out of memory: the arena recorded why */
+    k_bias_gelu_forward(hidden, dt_f32(pre), NULL, M, F); /* the forward's GELU output, recomputed */
+    /* proj: d_W += d_out^T hidden, d_b += column sums of d_out */
+    k_linear_backward(NULL, ag_grad(ctx, proj), ag_grad(ctx, proj_bias), d_out, hidden, dt_f32(proj), M, F, C);
+    /* d_hidden = d_out proj, over the hidden values no longer needed; then d_pre in place */
+    k_gemm(0, 0, M, F, C, 1.0f, d_out, C, dt_f32(proj), F, 0.0f, hidden, F);
+    k_bias_gelu_backward(hidden, 0, ag_grad(ctx, fc_bias), hidden, dt_f32(pre), M, F);
+    linear_gradients(ctx, x, fc, NULL, hidden); /* d_x, d_W_fc */
+    ag_temp_release(ctx, hidden);
+}
+
+dt_tensor *ag_mlp_gelu(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor *fc, dt_tensor *fc_bias,
+                       dt_tensor *proj, dt_tensor *proj_bias) {
+    static const char *op = "mlp_gelu";
+    if (!residual || !x || !fc || !proj) return NULL;
+    if (!check_linear(op, x, fc, fc_bias) || !ag_check_f32(op, "residual", residual) ||
+        !ag_check_f32(op, "proj", proj))
+        return NULL;
+    const int64_t M = dt_rows(x), C = dt_cols(x), F = fc->shape[0];
+    if (proj->ndim != 2 || proj->shape[1] != F || proj->shape[0] != dt_cols(residual))
+        return ag_fail_shapes(op, fc, proj, "do not match (fc [F, C], proj [C_out, F])");
+    if (dt_rows(residual) != M) return ag_fail_shapes(op, residual, x, "have different row counts");
+    const int64_t C_out = proj->shape[0];
+    if (proj_bias && (!ag_check_f32(op, "proj_bias", proj_bias) || proj_bias->ndim != 1 ||
+                      proj_bias->shape[0] != C_out))
+        return ag_fail_shapes(op, proj, proj_bias, "do not match (proj [C_out, F], proj_bias [C_out])");
+    dt_tensor *pre = ag_tensor_like_rows(ctx, x, F); /* [..., F] kept for the backward */
+    dt_tensor *out = ag_tensor_like(ctx, residual);   /* [..., C_out] */
+    if (!pre || !out) return NULL;
+    float *hidden = ag_temp(ctx, M * F); /* [M,F] gelu output, only while the forward runs */
+    if (!hidden) return NULL;
+    /* The arithmetic of ag_linear_gelu then ag_linear_residual, in that order. */
+    k_gemm(0, 1, M, F, C, 1.0f, dt_f32(x), C, dt_f32(fc), C, 0.0f, dt_f32(pre), F);
+    k_bias_gelu_forward(hidden, dt_f32(pre), fc_bias ? dt_f32(fc_bias) : NULL, M, F);
+    k_linear_forward(dt_f32(out), hidden, dt_f32(proj), proj_bias ? dt_f32(proj_bias) : NULL, M, F, C_out);
+    k_accumulate(dt_f32(out), dt_f32(residual), M * C_out);
+    ag_temp_release(ctx, hidden);
+    dt_tensor *inputs[6] = {residual, x, fc, fc_bias, proj, proj_bias};
+    if (ag_needs_grad(ctx, inputs, 6)) {
+        ag_node *node = ag_record(ctx, op, mlp_gelu_backward, out, inputs, 6);
+        if (!node) return NULL;
+        node->saved = pre;
+    }
+    return out;
+}
+
+/* ---- linear_coupled: out [M,N] = [residual +] act(x W^T + b) + coupled ⊙ couple ----
+ * in: residual, x, weight, bias, coupled, couple; iarg[0]: act is GELU;
+ * saved: the pre-activation [M,N] (GELU only). */
+
+static void linear_coupled_backward(ag_ctx *ctx, ag_node *node) {
+    dt_tensor *residual = node->in[0], *x = node->in[1], *weight = node->in[2], *bias = node->in[3];
+    dt_tensor *coupled = node->in[4], *couple = node->in[5];
+    const float *d_out = node->out->grad; /* [M,N] */
+    const int64_t M = dt_rows(x), N = weight->shape[0];
+    if (residual) {
+        int accumulate;
+        float *d_residual = ag_grad_for_write(ctx, residual, &accumulate);
+        if (d_residual) {
+            if (accumulate) k_accumulate(d_residual, d_out, residual->size);
+            else k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
+        }
+    }
+    if (coupled)
+        k_mul_vec_backward(ag_grad(ctx, coupled), ag_grad(ctx, couple), d_out, dt_f32(coupled), dt_f32(couple), M, N);
+    if (!node->iarg[0]) {
+        linear_gradients(ctx, x, weight, bias, d_out);
+        return;
+    }
+    dt_tensor *pre = node->saved; /* [M,N] */
+    float *d_pre = ag_temp(ctx, M * N);
+    if (!d_pre) return; /* out of memory: the arena recorded why */
+    k_bias_gelu_backward(d_pre, 0, ag_grad(ctx, bias), d_out, dt_f32(pre), M, N);
+    linear_gradients(ctx, x, weight, NULL, d_pre);
+    ag_temp_release(ctx, d_pre);
+}
+
+dt_tensor *ag_linear_coupled(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor *weight, dt_tensor *bias,
+                             int gelu, dt_tensor *coupled, dt_tensor *couple) {
+    static const char *op = "linear_coupled";
+    if (!x || !weight) return NULL;
+    if (!check_linear(op, x, weight, bias)) return NULL;
+    const int64_t M = dt_rows(x), K = dt_cols(x), N = weight->shape[0];
+    if (residual && (!ag_check_f32(op, "residual", residual) || dt_rows(residual) != M || dt_cols(residual) != N))
+        return ag_fail_shapes(op, residual, x, "do not match (residual [..., N], x [..., K] with the same rows)");
+    if (!coupled != !couple) {
+        dt_errorf("%s: coupled and couple come together (one is NULL)", op);
+        return NULL;
+    }
+    if (coupled) {
+        if (!ag_check_f32(op, "coupled", coupled) || !ag_check_f32(op, "couple", couple)) return NULL;
+        if (dt_rows(coupled) != M || dt_cols(coupled) != N || couple->ndim != 1 || couple->shape[0] != N)
+            return ag_fail_shapes(op, coupled, couple, "do not match (coupled [..., N], couple [N])");
+    }
+    dt_tensor *out = ag_tensor_like_rows(ctx, x, N); /* [..., N] */
+    dt_tensor *pre = gelu ? ag_tensor_like_rows(ctx, x, N) : NULL;
+    if (!out || (gelu && !pre)) return NULL;
+    const float *bias_data = bias ? dt_f32(bias) : NULL;
+    if (gelu) {
+        /* GEMM into pre, then one pass: bias, GELU, coupling term */
+        k_gemm(0, 1, M, N, K, 1.0f, dt_f32(x), K, dt_f32(weight), K, 0.0f, dt_f32(pre), N);
+        if (coupled) k_bias_gelu_couple_forward(dt_f32(out), dt_f32(pre), bias_data, dt_f32(coupled), dt_f32(couple), M, N);
+        else k_bias_gelu_forward(dt_f32(out), dt_f32(pre), bias_data, M, N);
+        if (residual) k_accumulate(dt_f32(out), dt_f32(residual), M * N);
+    } else {
+        /* The linear map first, then the terms added in the unfused order: a
+         * zero coupling then gives the uncoupled numbers bit for bit (the
+         * couple = off ablation identity). */
+        k_linear_forward(dt_f32(out), dt_f32(x), dt_f32(weight), bias_data, M, K, N);
+        if (coupled) k_accumulate_mul_vec(dt_f32(out), dt_f32(coupled), dt_f32(couple), M, N);
+        if (residual) k_accumulate(dt_f32(out), dt_f32(residual), M * N);
+    }
+    dt_tensor *inputs[6] = {residual, x, weight, bias, coupled, couple};
+    if (ag_needs_grad(ctx, inputs, 6)) {
+        ag_node *node = ag_record(ctx, op, linear_coupled_backward, out, inputs, 6);
+        if (!node) return NULL;
+        node->iarg[0] = gelu;
+        node->saved = pre;
+    }
     return out;
 }

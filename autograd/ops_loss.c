@@ -24,8 +24,8 @@ static void cross_entropy_backward(ag_ctx *ctx, ag_node *node) {
     dt_tensor *logits = node->in[0], *targets = node->in[1];
     float *d_logits = ag_grad(ctx, logits); /* [M,V] */
     if (d_logits)
-        k_cross_entropy_backward(d_logits, node->out->grad, dt_f32(logits), dt_i32(targets), dt_rows(logits),
-                                 dt_cols(logits));
+        k_cross_entropy_backward_stats(d_logits, node->out->grad, dt_f32(logits), node->saved, dt_i32(targets),
+                                       dt_rows(logits), dt_cols(logits));
 }
 
 dt_tensor *ag_cross_entropy(ag_ctx *ctx, dt_tensor *logits, dt_tensor *targets) {
@@ -35,9 +35,16 @@ dt_tensor *ag_cross_entropy(ag_ctx *ctx, dt_tensor *logits, dt_tensor *targets) 
     int64_t M = dt_rows(logits), V = dt_cols(logits);
     dt_tensor *out = ag_tensor(ctx, DT_F32, DT_SHAPE(M)); /* [M] */
     if (!out) return NULL;
-    k_cross_entropy_forward(dt_f32(out), dt_f32(logits), dt_i32(targets), M, V);
     dt_tensor *inputs[2] = {logits, targets};
-    if (ag_needs_grad(ctx, inputs, 2) && !ag_record(ctx, op, cross_entropy_backward, out, inputs, 2)) return NULL;
+    const int record = ag_needs_grad(ctx, inputs, 2);
+    float *stats = record ? ag_scratch(ctx, (size_t)(2 * M) * sizeof(float)) : NULL; /* [M,2] row max, log sum */
+    if (record && !stats) return NULL;
+    k_cross_entropy_forward_stats(dt_f32(out), stats, dt_f32(logits), dt_i32(targets), M, V);
+    if (record) {
+        ag_node *node = ag_record(ctx, op, cross_entropy_backward, out, inputs, 2);
+        if (!node) return NULL;
+        node->saved = stats;
+    }
     return out;
 }
 

@@ -7,6 +7,13 @@
  * requires_grad = 1 and a persistent grad buffer; their gradients accumulate
  * across backward calls until the caller zeroes them (gradient accumulation).
  *
+ * Gradient memory: the gradient of an op's output is needed only until that
+ * op's backward has run, so ag_backward hands each such buffer back (the
+ * output's grad becomes NULL) and ag_grad reuses it for a later one: a step
+ * holds the saved activations plus a few gradient buffers at a time, not a
+ * gradient for every activation. Leaves (parameters, and arena tensors no op
+ * produced) keep their gradients.
+ *
  * Errors: an op given a bad shape returns NULL and records a message; an op
  * given a NULL input returns NULL without overwriting the message, so a whole
  * forward pass can be written without checks and tested once at the end. */
@@ -34,12 +41,22 @@ struct ag_node {
     float farg[4];
 };
 
+/* A gradient buffer in the arena, with the floats it can hold. */
+typedef struct ag_grad_buffer {
+    float *data;
+    int64_t capacity;
+} ag_grad_buffer;
+
 struct ag_ctx {
     dt_arena arena;
     ag_node **nodes;                 /* heap array, grows only while capacity is discovered */
     int n_nodes;
     int cap_nodes;
     int grad_enabled;                /* 0: no-grad mode, ops record nothing */
+    /* Arena gradient buffers handed out by ag_grad (live) and handed back by
+     * ag_backward (free); heap arrays that grow during the first step only. */
+    ag_grad_buffer *live_grads, *free_grads;
+    int n_live_grads, n_free_grads, cap_grad_buffers;
 };
 
 dt_status ag_ctx_init(ag_ctx *ctx, size_t arena_bytes);
@@ -65,6 +82,21 @@ ag_node *ag_record(ag_ctx *ctx, const char *op, ag_backward_fn backward, dt_tens
  * arena the first time (parameters keep their heap buffer). NULL when t does not
  * require a gradient, so backward code can pass it straight to a kernel. */
 float *ag_grad(ag_ctx *ctx, dt_tensor *t);
+/* Same, for a backward that can write the gradient instead of adding to it:
+ * when t has no gradient yet, the buffer comes back UNINITIALISED with
+ * *accumulate = 0 and the caller must overwrite all t->size elements (no
+ * zero-fill spent); otherwise *accumulate = 1 and the caller adds as usual. */
+float *ag_grad_for_write(ag_ctx *ctx, dt_tensor *t, int *accumulate);
+/* Hands t's arena gradient back for reuse now (t->grad becomes NULL): for a
+ * backward that borrows a gradient buffer as scratch (e.g. of a tensor it
+ * saved). Heap gradients and buffers ag_grad did not hand out are left alone. */
+void ag_release_grad(ag_ctx *ctx, dt_tensor *t);
+/* Scratch of n floats (uninitialised) from the same pool, for an op that needs
+ * a buffer only while it runs (forward or backward): handed back with
+ * ag_temp_release, it becomes some later gradient's buffer instead of dead
+ * arena space. NULL on out-of-memory (with a message). */
+float *ag_temp(ag_ctx *ctx, int64_t n);
+void ag_temp_release(ag_ctx *ctx, float *data);
 
 /* Reverse-mode sweep from a scalar (size-1) tensor: seeds d loss = 1 and runs
  * every recorded node's backward in reverse order. */

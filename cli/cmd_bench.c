@@ -4,13 +4,15 @@
 
 #include "cli/commands.h"
 #include "eval/bench.h"
+#include "train/bench_train.h"
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: dbranch bench <suite> [options]   (dbranch bench <suite> --help)\n\n"
             "suites:\n"
             "  kernels   GEMM wrapper vs raw BLIS, attention forward+backward (GFLOP/s)\n"
-            "  decode    baseline vs grouped vs un-grouped Decode-Branch decode\n");
+            "  decode    baseline vs grouped vs un-grouped Decode-Branch decode\n"
+            "  train     training tokens/s, model FLOPs, MFU vs the GEMM rate, peak RSS (baseline vs branch)\n");
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -24,6 +26,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!strcmp(argv[0], "kernels")) return bench_kernels_main(argc - 1, argv + 1);
     if (!strcmp(argv[0], "decode")) return bench_decode_main(argc - 1, argv + 1);
+    if (!strcmp(argv[0], "train")) return bench_train_main(argc - 1, argv + 1);
     fprintf(stderr, "dbranch bench: unknown suite '%s' (try dbranch bench --help)\n", argv[0]);
     return 2;
 }

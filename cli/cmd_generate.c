@@ -1,11 +1,166 @@
-/* dbranch generate: sample text from a model. */
+/* dbranch generate: sample text from a model (eval/generate.h). The
+ * tokenizer comes from a token dataset file (--data), a file holding one
+ * (--tokenizer), or is byte-level when the model's vocabulary is 256. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
+#include "core/h5.h"
+#include "data/tokenizer.h"
+#include "data/tokens.h"
+#include "eval/generate.h"
+#include "kernels/gemm.h"
+#include "models/model_io.h"
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: dbranch generate --model CKPT.h5 --prompt TEXT [--tokens N] [--temperature T]\n"
+                 "                        [--top-k K] [--seed S] [--data DATA.h5 | --tokenizer FILE.h5]\n"
+                 "                        [--decode grouped|ungrouped|baseline] [--threads K]\n\n"
+                 "Samples N tokens (default 64) after the prompt from the model's distribution: the\n"
+                 "Decode-Branch mixture for a branch model (--decode baseline: the primary alone).\n"
+                 "Temperature 0 is greedy. Prints the prompt and the continuation. The tokenizer is\n"
+                 "read from the dataset (or tokenizer) file, or byte-level when the vocabulary is 256.\n");
+}
+
+static int parse_int64(const char *text, int64_t min, int64_t *out) {
+    char *end;
+    long long v = strtoll(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || v < min) return 0;
+    *out = v;
+    return 1;
+}
 
 int cmd_generate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "dbranch generate: not implemented yet\n");
-    return 2;
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    const char *model_path = NULL, *prompt = NULL, *data_path = NULL, *tokenizer_path = NULL;
+    eval_generate_options options = eval_generate_default_options();
+    int64_t threads = 0, seed = (int64_t)options.seed;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "dbranch generate: unexpected argument '%s' (try --help)\n", a);
+            return 2;
+        }
+        if (!v) {
+            fprintf(stderr, "dbranch generate: option %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        int ok = 1;
+        char *end;
+        if (!strcmp(a, "--model"))
+            model_path = v;
+        else if (!strcmp(a, "--prompt"))
+            prompt = v;
+        else if (!strcmp(a, "--data"))
+            data_path = v;
+        else if (!strcmp(a, "--tokenizer"))
+            tokenizer_path = v;
+        else if (!strcmp(a, "--tokens"))
+            ok = parse_int64(v, 0, &options.n_tokens);
+        else if (!strcmp(a, "--top-k"))
+            ok = parse_int64(v, 0, &options.top_k);
+        else if (!strcmp(a, "--seed"))
+            ok = parse_int64(v, 0, &seed);
+        else if (!strcmp(a, "--threads"))
+            ok = parse_int64(v, 1, &threads) && threads <= 1024;
+        else if (!strcmp(a, "--temperature")) {
+            options.temperature = strtod(v, &end);
+            ok = *v != '\0' && *end == '\0' && options.temperature >= 0.0 && isfinite(options.temperature);
+        } else if (!strcmp(a, "--decode")) {
+            if (!strcmp(v, "grouped"))
+                options.mode = EVAL_DECODE_GROUPED;
+            else if (!strcmp(v, "ungrouped"))
+                options.mode = EVAL_DECODE_UNGROUPED;
+            else if (!strcmp(v, "baseline"))
+                options.mode = EVAL_DECODE_BASELINE;
+            else
+                ok = 0;
+        } else {
+            fprintf(stderr, "dbranch generate: unknown option %s (try --help)\n", a);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "dbranch generate: bad value '%s' for %s\n", v, a);
+            return 2;
+        }
+    }
+    if (!model_path || !prompt) {
+        fprintf(stderr, "dbranch generate: --model and --prompt are required (try --help)\n");
+        return 2;
+    }
+    if (data_path && tokenizer_path) {
+        fprintf(stderr, "dbranch generate: pass --data or --tokenizer, not both\n");
+        return 2;
+    }
+    options.seed = (uint64_t)seed;
+    if (threads > 0) k_set_threads((int)threads);
+
+    model m;
+    data_tokens data;
+    data_tokenizer own_tokenizer;
+    const data_tokenizer *tokenizer = NULL;
+    int have_data = 0, have_tokenizer = 0;
+    int32_t *tokens = NULL, *prompt_tokens = NULL;
+    uint8_t *text = NULL;
+    dt_status status = DT_OK;
+    if (model_load(&m, model_path) != DT_OK) return cli_fail("generate");
+    int64_t V = m.config.vocab_size;
+    const char *source = data_path ? data_path : tokenizer_path;
+    if (data_path) {
+        if ((status = data_tokens_open(&data, data_path)) != DT_OK) goto done;
+        have_data = 1;
+        tokenizer = &data.tokenizer;
+    } else if (tokenizer_path) {
+        hid_t file;
+        if ((status = h5_open(tokenizer_path, 0, &file)) != DT_OK) goto done;
+        status = data_tokenizer_read_h5(&own_tokenizer, file, tokenizer_path);
+        h5_close(file, tokenizer_path);
+        if (status != DT_OK) goto done;
+        have_tokenizer = 1;
+        tokenizer = &own_tokenizer;
+    } else if (V == 256) {
+        if ((status = data_tokenizer_byte(&own_tokenizer)) != DT_OK) goto done;
+        have_tokenizer = 1;
+        tokenizer = &own_tokenizer;
+        source = "byte-level";
+    } else {
+        status = dt_errorf("%s has a vocabulary of %lld tokens: pass --data DATA.h5 or --tokenizer FILE for its "
+                           "tokenizer",
+                           model_path, (long long)V);
+        goto done;
+    }
+    if (tokenizer->vocab_size != V) {
+        status = dt_errorf("model vocab_size %lld != tokenizer vocab_size %lld (%s)", (long long)V,
+                           (long long)tokenizer->vocab_size, source);
+        goto done;
+    }
+    int64_t n_prompt = 0, n_out = 0;
+    if ((status = data_tokenizer_encode(tokenizer, (const uint8_t *)prompt, strlen(prompt), &prompt_tokens,
+                                        &n_prompt)) != DT_OK)
+        goto done;
+    tokens = malloc((size_t)(n_prompt + options.n_tokens + 1) * sizeof(int32_t));
+    if (!tokens) {
+        status = dt_errorf("out of memory");
+        goto done;
+    }
+    memcpy(tokens, prompt_tokens, (size_t)n_prompt * sizeof(int32_t));
+    if ((status = eval_generate(&m, prompt_tokens, n_prompt, &options, tokens + n_prompt, &n_out)) != DT_OK) goto done;
+    size_t n_bytes = 0;
+    if ((status = data_tokenizer_decode(tokenizer, tokens, n_prompt + n_out, &text, &n_bytes)) != DT_OK) goto done;
+    fwrite(text, 1, n_bytes, stdout);
+    fputc('\n', stdout);
+done:
+    free(text);
+    free(tokens);
+    free(prompt_tokens);
+    if (have_tokenizer) data_tokenizer_free(&own_tokenizer);
+    if (have_data) data_tokens_close(&data);
+    model_free(&m);
+    return status == DT_OK ? 0 : cli_fail("generate");
 }

@@ -8,6 +8,21 @@
 void k_gelu_forward(float *out, const float *in, int64_t n);
 void k_gelu_backward(float *d_in, const float *d_out, const float *in, int64_t n);
 
+/* The bias of a linear map and the GELU after it, fused (one pass each way):
+ * pre [M,N] += bias [N] in place (bias may be NULL), out [M,N] = gelu(pre).
+ * pre + bias and gelu round exactly as the separate ops do. */
+void k_bias_gelu_forward(float *out, float *pre, const float *bias, int64_t M, int64_t N);
+/* The same with a coupling term added in the same pass (the decode branch's
+ * z2): out = gelu(pre + bias) + coupled [M,N] ⊙ couple [N]. */
+void k_bias_gelu_couple_forward(float *out, float *pre, const float *bias, const float *coupled, const float *couple,
+                                int64_t M, int64_t N);
+/* g = d_out ⊙ gelu'(pre) [M,N]: d_pre = g (accumulate = 0: overwritten, no
+ * zero-fill needed) or d_pre += g (accumulate = 1); d_bias [N] += column sums
+ * of g (may be NULL). Column blocks run in parallel and each sums its rows in
+ * order: deterministic for any thread count. */
+void k_bias_gelu_backward(float *d_pre, int accumulate, float *d_bias, const float *d_out, const float *pre, int64_t M,
+                          int64_t N);
+
 /* out[n] = x * sigmoid(x) */
 void k_silu_forward(float *out, const float *in, int64_t n);
 void k_silu_backward(float *d_in, const float *d_out, const float *in, int64_t n);

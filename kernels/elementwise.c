@@ -84,6 +84,17 @@ void k_mul_vec(float *out, const float *x, const float *v, int64_t M, int64_t C)
     }
 }
 
+/* out, y [M,C]; v [C]; out += y * v broadcast over rows */
+void k_accumulate_mul_vec(float *out, const float *y, const float *v, int64_t M, int64_t C) {
+#pragma omp parallel for schedule(static) if (M * C > PARALLEL_MIN_ELEMENTS)
+    for (int64_t i = 0; i < M; i++) {
+        const float *y_row = y + i * C;
+        float *out_row = out + i * C;
+        for (int64_t j = 0; j < C; j++)
+            out_row[j] += y_row[j] * v[j];
+    }
+}
+
 /* d_x, d_out, x [M,C]; v, d_v [C]
  * d_x += d_out * v (rows in parallel); d_v += sum over rows of d_out * x
  * (column blocks in parallel, each column summed in row order). */

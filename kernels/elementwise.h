@@ -17,6 +17,8 @@ void k_mul_backward(float *d_a, float *d_b, const float *d_out, const float *a, 
 /* x, out [M,C]; v [C] */
 void k_add_vec(float *out, const float *x, const float *v, int64_t M, int64_t C);  /* out = x + v */
 void k_mul_vec(float *out, const float *x, const float *v, int64_t M, int64_t C);  /* out = x * v */
+/* out [M,C] += y [M,C] * v [C] (a coupling term added in place) */
+void k_accumulate_mul_vec(float *out, const float *y, const float *v, int64_t M, int64_t C);
 /* d_x [M,C] += d_out * v ; d_v [C] += sum over rows of d_out * x */
 void k_mul_vec_backward(float *d_x, float *d_v, const float *d_out, const float *x, const float *v, int64_t M,
                         int64_t C);

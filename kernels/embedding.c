@@ -20,6 +20,17 @@ void k_embedding_forward(float *out, const float *weight, const int32_t *tokens,
         memcpy(out + n * C, weight + (int64_t)tokens[n] * C, (size_t)C * sizeof(float));
 }
 
+/* weight [V,C]; tokens [N] in 0..V-1; out [N,C] += weight[tokens[n], :] */
+void k_embedding_accumulate(float *out, const float *weight, const int32_t *tokens, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static) if (N * C > PARALLEL_MIN_ELEMENTS)
+    for (int64_t n = 0; n < N; n++) {
+        const float *row = weight + (int64_t)tokens[n] * C;
+        float *y = out + n * C;
+        for (int64_t j = 0; j < C; j++)
+            y[j] += row[j];
+    }
+}
+
 /* d_out [N,C]; tokens [N]; d_weight [V,C]: d_weight[tokens[n], :] += d_out[n, :] */
 void k_embedding_backward(float *d_weight, const float *d_out, const int32_t *tokens, int64_t N, int64_t C) {
     int64_t n_blocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK;

@@ -18,6 +18,7 @@
 #include "kernels/gemm.h"
 
 #include "kernels/elementwise.h"
+#include "kernels/gemm_ukernel.h"
 
 /* blis.h is not included as a system header, and under -Wall -Wextra -Werror
  * its plain `static` helpers (-Wunused-function) and its kernel-id range
@@ -48,15 +49,21 @@ void k_set_threads(int n_threads) {
 
 int k_get_threads(void) { return configured_threads > 0 ? configured_threads : omp_get_max_threads(); }
 
-/* One BLIS call on the calling thread; same arguments as k_gemm (K >= 1). */
+/* One BLIS call on the calling thread; same arguments as k_gemm (K >= 1).
+ * Products big enough to pay for packing run through the AVX-512 micro-kernel
+ * (kernels/gemm_ukernel.c) on BLIS's packed path; the rest through BLIS's own
+ * context, whose small-matrix path skips packing. */
 static void gemm_single_thread(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                                int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     float alpha_copy = alpha, beta_copy = beta; /* BLIS takes scalars by non-const pointer */
     rntm_t single_thread = BLIS_RNTM_INITIALIZER;
     bli_rntm_set_num_threads(1, &single_thread);
+    cntx_t *context = NULL;
+    if (k_gemm_ukernel_pays(M, N, K) && (context = k_gemm_ukernel_context()) != NULL)
+        bli_rntm_disable_l3_sup(&single_thread); /* the sup path would bypass the micro-kernel */
     bli_sgemm_ex(trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, (dim_t)M,
                  (dim_t)N, (dim_t)K, &alpha_copy, (float *)A, (inc_t)lda, 1, (float *)B, (inc_t)ldb, 1, &beta_copy, C,
-                 (inc_t)ldc, 1, NULL, &single_thread);
+                 (inc_t)ldc, 1, context, &single_thread);
 }
 
 /* C [M,N] = alpha * op(A) [M,K] · op(B) [K,N] + beta * C

@@ -6,6 +6,8 @@
 
 #include <math.h>
 
+#include "kernels/vec_math.h"
+
 /* Below this many elements a parallel region costs more than it saves. */
 #define PARALLEL_MIN_ELEMENTS 32768
 
@@ -85,12 +87,66 @@ void k_log_softmax_backward(float *d_in, const float *d_out, const float *out, i
     }
 }
 
-/* logits [M,V]; targets [M]; losses [M] = logsumexp(logits[m]) - logits[m, y] */
-void k_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets, int64_t M, int64_t V) {
+/* Columns per block of the exp-sum: the block's exponentials are summed in
+ * float (16 lanes, ~16 terms each), the blocks in double. */
+#define EXP_BLOCK 256
+
+/* Cross-entropy row statistics: the row's max and log sum_j exp(x_j - max),
+ * the exponentials through the vectorised k_exp. (A double accumulator in the
+ * exp loop itself keeps GCC from vectorising it, hence the blocks.) */
+static void cross_entropy_row_stats(const float *x, int64_t V, float *row_max_out, float *log_sum_out) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < V; j++)
+        m = x[j] > m ? x[j] : m;
+    double sum = 0.0;
+    for (int64_t j0 = 0; j0 < V; j0 += EXP_BLOCK) {
+        const int64_t n = V - j0 < EXP_BLOCK ? V - j0 : EXP_BLOCK;
+        float block_sum = 0.0f;
+#pragma omp simd reduction(+ : block_sum)
+        for (int64_t j = 0; j < n; j++)
+            block_sum += k_exp(x[j0 + j] - m);
+        sum += block_sum;
+    }
+    *row_max_out = m;
+    *log_sum_out = (float)log(sum);
+}
+
+/* logits [M,V]; targets [M]; losses [M] = logsumexp(logits[m]) - logits[m, y];
+ * stats [M,2] (may be NULL): each row's max and log sum exp(x - max) */
+void k_cross_entropy_forward_stats(float *losses, float *stats, const float *logits, const int32_t *targets,
+                                   int64_t M, int64_t V) {
 #pragma omp parallel for schedule(static) if (M * V > PARALLEL_MIN_ELEMENTS)
     for (int64_t i = 0; i < M; i++) {
         const float *x = logits + i * V;
-        losses[i] = (float)(row_logsumexp(x, V) - (double)x[targets[i]]);
+        float m, log_sum;
+        cross_entropy_row_stats(x, V, &m, &log_sum);
+        losses[i] = (float)((double)m + (double)log_sum - (double)x[targets[i]]);
+        if (stats) {
+            stats[2 * i] = m;
+            stats[2 * i + 1] = log_sum;
+        }
+    }
+}
+
+void k_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets, int64_t M, int64_t V) {
+    k_cross_entropy_forward_stats(losses, NULL, logits, targets, M, V);
+}
+
+/* d_logits, logits [M,V]; d_losses, targets [M]; stats [M,2] from the forward
+ * d_logits += d_losses[m] * (softmax(logits[m]) - onehot(targets[m])), with
+ * softmax = exp((x - max) - log_sum): both terms small, so no cancellation */
+void k_cross_entropy_backward_stats(float *d_logits, const float *d_losses, const float *logits, const float *stats,
+                                    const int32_t *targets, int64_t M, int64_t V) {
+#pragma omp parallel for schedule(static) if (M * V > PARALLEL_MIN_ELEMENTS)
+    for (int64_t i = 0; i < M; i++) {
+        const float *x = logits + i * V;
+        float *dx = d_logits + i * V;
+        const float m = stats[2 * i], log_sum = stats[2 * i + 1], scale = d_losses[i];
+#pragma omp simd
+        for (int64_t j = 0; j < V; j++)
+            dx[j] += scale * k_exp((x[j] - m) - log_sum);
+        dx[targets[i]] -= scale;
     }
 }
 
@@ -100,15 +156,8 @@ void k_cross_entropy_backward(float *d_logits, const float *d_losses, const floa
                               int64_t M, int64_t V) {
 #pragma omp parallel for schedule(static) if (M * V > PARALLEL_MIN_ELEMENTS)
     for (int64_t i = 0; i < M; i++) {
-        const float *x = logits + i * V;
-        float *dx = d_logits + i * V;
-        float m = row_max(x, V);
-        double sum = 0.0;
-        for (int64_t j = 0; j < V; j++)
-            sum += expf(x[j] - m);
-        float scale = (float)((double)d_losses[i] / sum); /* d_loss / Z, so p_j * d_loss = exp(x_j - m) * scale */
-        for (int64_t j = 0; j < V; j++)
-            dx[j] += expf(x[j] - m) * scale;
-        dx[targets[i]] -= d_losses[i];
+        float stats[2];
+        cross_entropy_row_stats(logits + i * V, V, &stats[0], &stats[1]);
+        k_cross_entropy_backward_stats(d_logits + i * V, d_losses + i, logits + i * V, stats, targets + i, 1, V);
     }
 }

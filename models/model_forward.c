@@ -40,25 +40,35 @@ static dt_tensor *from_primary(ag_ctx *ctx, const model_config *c, dt_tensor *t)
 }
 
 /* The FFN of a dense layer: m = down(z) with z = act(x) (+ couple_hidden ⊙ z1
- * on the branch). x [B,T,C] normed input -> m [B,T,C]. */
+ * on the branch). x [B,T,C] normed input -> m [B,T,C]; or, given the
+ * residual stream [B,T,C], residual + m in one op (the same numbers, without
+ * keeping m: for when nothing reads m1), on the branch with + couple_out ⊙ m1. */
 static dt_tensor *dense_ffn_forward(ag_ctx *ctx, const model *m, const model_layer *layer,
                                     const model_block_weights *w, block_role role, dt_tensor *x,
-                                    primary_state *state) {
+                                    primary_state *state, dt_tensor *residual) {
     const model_config *c = &m->config;
     dt_tensor *hidden, *down, *down_bias; // hidden [B,T,F]
+    if (c->family == FAMILY_NANOGPT && residual && !layer->couple_hidden)
+        /* nothing reads z1: one op that recomputes the GELU output in its backward */
+        return ag_mlp_gelu(ctx, residual, x, w->fc, w->fc_bias, w->proj, w->proj_bias);
+    /* the branch's coupling term on the hidden activation, when there is one */
+    dt_tensor *z1 = role == ROLE_BRANCH && layer->couple_hidden ? from_primary(ctx, c, state->z1) : NULL;
     if (c->family == FAMILY_NANOGPT) {
-        hidden = ag_gelu(ctx, ag_linear(ctx, x, w->fc, w->fc_bias));
+        hidden = z1 ? ag_linear_coupled(ctx, NULL, x, w->fc, w->fc_bias, 1, z1, layer->couple_hidden)
+                    : ag_linear_gelu(ctx, x, w->fc, w->fc_bias); /* bias and GELU fused */
         down = w->proj;
         down_bias = w->proj_bias;
     } else {
         hidden = ag_swiglu(ctx, ag_linear(ctx, x, w->w1, NULL), ag_linear(ctx, x, w->w3, NULL));
+        if (z1) hidden = ag_add_mul_vec(ctx, hidden, z1, layer->couple_hidden);
         down = w->w2;
         down_bias = NULL;
     }
-    if (role == ROLE_PRIMARY)
-        state->z1 = hidden;
-    else if (layer->couple_hidden)
-        hidden = ag_add(ctx, hidden, ag_mul_vec(ctx, from_primary(ctx, c, state->z1), layer->couple_hidden));
+    if (role == ROLE_PRIMARY) state->z1 = hidden;
+    if (residual && role == ROLE_BRANCH && layer->couple_out) /* g + m2, m2 = down(z2) + couple_out ⊙ m1 */
+        return ag_linear_coupled(ctx, residual, hidden, down, down_bias, 0, from_primary(ctx, c, state->m1),
+                                 layer->couple_out);
+    if (residual) return ag_linear_residual(ctx, residual, hidden, down, down_bias);
     return ag_linear(ctx, hidden, down, down_bias);
 }
 
@@ -99,7 +109,11 @@ static dt_tensor *block_forward(ag_ctx *ctx, const model *m, int64_t l, block_ro
 
     /* Attention. */
     dt_tensor *xn = norm_forward(ctx, c, x, layer->attn_norm, layer->attn_norm_bias); // [B,T,C]
-    dt_tensor *q = ag_linear(ctx, xn, w->wq, w->wq_bias);                               // [B,T,H*hd]
+    dt_tensor *q;                                                                       // [B,T,H*hd]
+    if (role == ROLE_BRANCH && layer->couple_q) /* q2 = Norm1(g) Wq^T + bq + couple_q ⊙ q1, one op */
+        q = ag_linear_coupled(ctx, NULL, xn, w->wq, w->wq_bias, 0, from_primary(ctx, c, state->q1), layer->couple_q);
+    else
+        q = ag_linear(ctx, xn, w->wq, w->wq_bias);
     dt_tensor *k, *v;                                                                   // [B,T,Hkv*hd]
     if (role == ROLE_PRIMARY) {
         state->q1 = q;
@@ -109,22 +123,26 @@ static dt_tensor *block_forward(ag_ctx *ctx, const model *m, int64_t l, block_ro
         state->k = k;
         state->v = v;
     } else {
-        if (layer->couple_q) q = ag_add(ctx, q, ag_mul_vec(ctx, from_primary(ctx, c, state->q1), layer->couple_q));
         k = from_primary(ctx, c, state->k);
         v = from_primary(ctx, c, state->v);
     }
     if (rotary) q = ag_rope(ctx, q, c->n_head, c->rope_theta);
     dt_tensor *y = ag_attention(ctx, q, k, v, c->n_head, c->n_kv_head); // [B,T,H*hd]
-    x = ag_add(ctx, x, ag_linear(ctx, y, w->wo, w->wo_bias));
+    x = ag_linear_residual(ctx, x, y, w->wo, w->wo_bias);                  /* x + (y Wo^T + bo) */
 
     /* FFN. */
     dt_tensor *xn2 = norm_forward(ctx, c, x, layer->ffn_norm, layer->ffn_norm_bias); // [B,T,C]
+    /* The primary keeps m1 when the branch reads it (couple_out); otherwise
+     * the down projection goes straight onto the residual stream, the
+     * branch's with its coupling term. */
+    if (c->family != FAMILY_MOE && !(role == ROLE_PRIMARY && layer->couple_out))
+        return dense_ffn_forward(ctx, m, layer, w, role, xn2, state, x);
     dt_tensor *ffn_out = c->family == FAMILY_MOE ? moe_ffn_forward(ctx, m, w, role, xn2, state, balance_sum)
-                                                 : dense_ffn_forward(ctx, m, layer, w, role, xn2, state);
+                                                 : dense_ffn_forward(ctx, m, layer, w, role, xn2, state, NULL);
     if (role == ROLE_PRIMARY)
         state->m1 = ffn_out;
     else if (layer->couple_out)
-        ffn_out = ag_add(ctx, ffn_out, ag_mul_vec(ctx, from_primary(ctx, c, state->m1), layer->couple_out));
+        ffn_out = ag_add_mul_vec(ctx, ffn_out, from_primary(ctx, c, state->m1), layer->couple_out);
     return ag_add(ctx, x, ffn_out);
 }
 
@@ -137,9 +155,8 @@ static dt_tensor *head_forward(ag_ctx *ctx, const model *m, dt_tensor *x) {
 /* Token embedding (+ learned positions for nanogpt): tokens [B,T] -> [B,T,C]. */
 static dt_tensor *embed_forward(ag_ctx *ctx, const model *m, dt_tensor *table, dt_tensor *tokens,
                                 dt_tensor *positions) {
-    dt_tensor *x = ag_embedding(ctx, table, tokens);
-    if (positions) x = ag_add(ctx, x, ag_embedding(ctx, m->pos_emb, positions));
-    return x;
+    if (positions) return ag_embedding_pos(ctx, table, tokens, m->pos_emb, positions); /* one op, no two lookups kept */
+    return ag_embedding(ctx, table, tokens);
 }
 
 /* Tokens or targets: int32 [B,T] with every id in [0, V). */

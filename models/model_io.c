@@ -13,6 +13,40 @@
 
 #include "core/h5.h"
 
+/* FNV-1a, 64-bit: simple, dependency-free, and every flipped bit changes it. */
+uint64_t model_checksum(const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    uint64_t hash = 14695981039346656037ULL;
+    for (size_t i = 0; i < bytes; i++) {
+        hash ^= p[i];
+        hash *= 1099511628211ULL;
+    }
+    return hash;
+}
+
+dt_status model_h5_attach_checksum(hid_t loc, const char *dataset, const void *data, size_t bytes) {
+    hid_t dset = H5Dopen2(loc, dataset, H5P_DEFAULT);
+    if (dset < 0) return dt_errorf("cannot open dataset '%s' to attach its checksum", dataset);
+    dt_status status = h5_write_attr_int(dset, "checksum", (int64_t)model_checksum(data, bytes));
+    H5Dclose(dset);
+    return status == DT_OK ? DT_OK : dt_error_context("%s", dataset);
+}
+
+dt_status model_h5_verify_checksum(hid_t loc, const char *dataset, const void *data, size_t bytes) {
+    hid_t dset = H5Dopen2(loc, dataset, H5P_DEFAULT);
+    if (dset < 0) return dt_errorf("cannot open dataset '%s' to verify its checksum", dataset);
+    dt_status status = DT_OK;
+    if (h5_has_attr(dset, "checksum")) {
+        int64_t stored = 0;
+        if (h5_read_attr_int(dset, "checksum", &stored) != DT_OK)
+            status = dt_error_context("%s", dataset);
+        else if ((uint64_t)stored != model_checksum(data, bytes))
+            status = dt_errorf("dataset '%s' does not match its checksum (the file is corrupted)", dataset);
+    }
+    H5Dclose(dset);
+    return status;
+}
+
 static const char *const checkpoint_format = "dbranch-checkpoint";
 enum { CHECKPOINT_FORMAT_VERSION = 1 };
 
@@ -42,6 +76,8 @@ dt_status model_write_h5(const model *m, hid_t file) {
     for (int i = 0; i < m->n_params && status == DT_OK; i++) {
         const dt_tensor *t = m->params[i].tensor;
         status = h5_write_f32(params, m->params[i].name, dt_f32(t), t->ndim, t->shape);
+        if (status == DT_OK)
+            status = model_h5_attach_checksum(params, m->params[i].name, dt_f32(t), (size_t)t->size * sizeof(float));
     }
     H5Gclose(params);
     return status == DT_OK ? DT_OK : dt_error_context("/params");
@@ -128,7 +164,8 @@ static dt_status read_param(hid_t params, const model_param *p, const char *path
     H5Tclose(type);
     H5Dclose(dset);
     if (cls != H5T_FLOAT) return dt_errorf("%s: dataset '/params/%s' is not floating point", path, p->name);
-    if (h5_read_f32(params, p->name, dt_f32(t), t->ndim, t->shape) != DT_OK)
+    if (h5_read_f32(params, p->name, dt_f32(t), t->ndim, t->shape) != DT_OK ||
+        model_h5_verify_checksum(params, p->name, dt_f32(t), (size_t)t->size * sizeof(float)) != DT_OK)
         return dt_error_context("%s: /params", path);
     return DT_OK;
 }

@@ -25,8 +25,14 @@ dt_status model_check_format_h5(hid_t file, const char *path_for_errors);
 /* Only the validated /config of a model file (no parameters are allocated). */
 dt_status model_load_config(model_config *config, const char *path);
 
-
-
-
+/* Integrity of written data: HDF5 checks its own metadata but not the bytes
+ * of a dataset, so a flipped byte in a weight or optimizer moment would load
+ * silently. Writers attach a 64-bit FNV-1a checksum of the dataset's bytes as
+ * its attribute "checksum"; readers verify it when present (files written by
+ * other tools, like the reference files, carry none and are read as they are).
+ * Errors name the dataset; the caller adds the file. */
+uint64_t model_checksum(const void *data, size_t bytes);
+dt_status model_h5_attach_checksum(hid_t loc, const char *dataset, const void *data, size_t bytes);
+dt_status model_h5_verify_checksum(hid_t loc, const char *dataset, const void *data, size_t bytes);
 
 #endif

@@ -1,7 +1,11 @@
 /* The reference files (SPEC §5) through the same code as `dbranch
  * check-reference`: every tests/reference/ (every .h5) must pass every quantity, and
  * so must the files of ../shared/reference/ when that directory exists (so an
- * updated reference set is noticed). The checker itself is tested on doctored
+ * updated reference set is noticed), and the held-out files of
+ * tests/reference/heldout/: one small model per ablation switch and size the
+ * shipped files do not cover, written by tests/tools/spec_reference.py (an
+ * independent float64 implementation of SPEC.md with finite-difference
+ * gradients). The checker itself is tested on doctored
  * copies: a wrong loss, a missing gradient entry and an extra one must fail,
  * and a missing file is an error naming it. */
 #include <criterion/criterion.h>
@@ -73,6 +77,13 @@ Test(reference, repository_files_pass) {
     snprintf(dir, sizeof dir, "%s/tests/reference", source_dir());
     int n = check_directory(dir);
     cr_assert_geq(n, 7, "expected the 7 reference files in %s (found %d)", dir, n);
+}
+
+Test(reference, heldout_files_pass) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/reference/heldout", source_dir());
+    int n = check_directory(dir);
+    cr_assert_geq(n, 30, "expected the held-out reference files in %s (found %d)", dir, n);
 }
 
 Test(reference, shared_files_pass_when_present) {

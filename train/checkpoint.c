@@ -28,6 +28,25 @@ int train_model_is_finite(const model *m, const char **bad_name) {
 
 /* ---- writing ---- */
 
+static size_t element_count(int ndim, const int64_t *shape) {
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= (size_t)shape[d];
+    return n;
+}
+
+/* Optimizer moments and RNG states carry a checksum like the weights
+ * (model_io.h): a corrupted moment would otherwise resume silently. */
+static dt_status write_f32_checked(hid_t group, const char *name, const float *data, int ndim, const int64_t *shape) {
+    if (h5_write_f32(group, name, data, ndim, shape) != DT_OK) return DT_ERR;
+    return model_h5_attach_checksum(group, name, data, element_count(ndim, shape) * sizeof(float));
+}
+
+static dt_status read_f32_checked(hid_t group, const char *name, float *data, int ndim, const int64_t *shape) {
+    if (h5_read_f32(group, name, data, ndim, shape) != DT_OK) return DT_ERR;
+    return model_h5_verify_checksum(group, name, data, element_count(ndim, shape) * sizeof(float));
+}
+
 static dt_status write_optim(hid_t file, const optimizer *opt) {
     hid_t group;
     if (h5_group(file, "optim", &group) != DT_OK) return DT_ERR;
@@ -38,12 +57,12 @@ static dt_status write_optim(hid_t file, const optimizer *opt) {
         const optim_param *p = &opt->params[i];
         if (optim_is_muon(opt, i)) {
             snprintf(name, sizeof name, "muon/%s", p->name);
-            status = h5_write_f32(group, name, opt->momentum[i], p->ndim, p->shape);
+            status = write_f32_checked(group, name, opt->momentum[i], p->ndim, p->shape);
         } else {
             snprintf(name, sizeof name, "m/%s", p->name);
-            status = h5_write_f32(group, name, opt->m[i], p->ndim, p->shape);
+            status = write_f32_checked(group, name, opt->m[i], p->ndim, p->shape);
             snprintf(name, sizeof name, "v/%s", p->name);
-            if (status == DT_OK) status = h5_write_f32(group, name, opt->v[i], p->ndim, p->shape);
+            if (status == DT_OK) status = write_f32_checked(group, name, opt->v[i], p->ndim, p->shape);
         }
     }
     H5Gclose(group);
@@ -53,7 +72,9 @@ static dt_status write_optim(hid_t file, const optimizer *opt) {
 static dt_status write_rng(hid_t group, const char *prefix, const dt_rng *rng) {
     char name[64];
     snprintf(name, sizeof name, "%s_rng", prefix);
-    if (h5_write_u64(group, name, rng->s, 1, (const int64_t[]){4}) != DT_OK) return DT_ERR;
+    if (h5_write_u64(group, name, rng->s, 1, (const int64_t[]){4}) != DT_OK ||
+        model_h5_attach_checksum(group, name, rng->s, sizeof rng->s) != DT_OK)
+        return DT_ERR;
     snprintf(name, sizeof name, "%s_has_spare", prefix);
     if (h5_write_attr_int(group, name, rng->has_spare) != DT_OK) return DT_ERR;
     snprintf(name, sizeof name, "%s_spare", prefix);
@@ -70,7 +91,10 @@ static dt_status write_state(hid_t file, const train_state *state, const char *c
         h5_write_attr_int(group, "windows_drawn", (int64_t)state->windows_drawn) != DT_OK ||
         write_rng(group, "loader", &state->loader_rng) != DT_OK ||
         write_rng(group, "trainer", &state->trainer_rng) != DT_OK ||
-        h5_write_attr_string(group, "config", config_text ? config_text : "") != DT_OK)
+        h5_write_attr_string(group, "config", config_text ? config_text : "") != DT_OK ||
+        h5_write_attr_int(
+            group, "config_checksum",
+            (int64_t)model_checksum(config_text ? config_text : "", config_text ? strlen(config_text) : 0)) != DT_OK)
         status = DT_ERR;
     H5Gclose(group);
     return status;
@@ -137,7 +161,9 @@ static dt_status read_rng(hid_t group, const char *prefix, dt_rng *rng) {
     char name[64];
     int64_t has_spare = 0;
     snprintf(name, sizeof name, "%s_rng", prefix);
-    if (h5_read_u64(group, name, rng->s, 1, (const int64_t[]){4}) != DT_OK) return DT_ERR;
+    if (h5_read_u64(group, name, rng->s, 1, (const int64_t[]){4}) != DT_OK ||
+        model_h5_verify_checksum(group, name, rng->s, sizeof rng->s) != DT_OK)
+        return DT_ERR;
     snprintf(name, sizeof name, "%s_has_spare", prefix);
     if (h5_read_attr_int(group, name, &has_spare) != DT_OK) return DT_ERR;
     rng->has_spare = (int)has_spare;
@@ -170,7 +196,17 @@ dt_status train_checkpoint_read_state(const char *path, train_state *state, char
         read_rng(group, "trainer", &state->trainer_rng) != DT_OK)
         status = DT_ERR;
     state->windows_drawn = (uint64_t)windows;
-    if (status == DT_OK && config_text) status = read_string_attr(group, "config", config_text);
+    if (status == DT_OK && config_text) {
+        status = read_string_attr(group, "config", config_text);
+        int64_t stored = 0;
+        if (status == DT_OK && h5_has_attr(group, "config_checksum") &&
+            (h5_read_attr_int(group, "config_checksum", &stored) != DT_OK ||
+             (uint64_t)stored != model_checksum(*config_text, strlen(*config_text)))) {
+            free(*config_text);
+            *config_text = NULL;
+            status = dt_errorf("attribute 'config' does not match config_checksum (the file is corrupted)");
+        }
+    }
     H5Gclose(group);
     H5Fclose(file);
     return status == DT_OK ? DT_OK : dt_error_context("%s: /train", path);
@@ -196,12 +232,12 @@ dt_status train_checkpoint_read_optim(const char *path, optimizer *opt) {
         const optim_param *p = &opt->params[i];
         if (optim_is_muon(opt, i)) {
             snprintf(name, sizeof name, "muon/%s", p->name);
-            status = h5_read_f32(group, name, opt->momentum[i], p->ndim, p->shape);
+            status = read_f32_checked(group, name, opt->momentum[i], p->ndim, p->shape);
         } else {
             snprintf(name, sizeof name, "m/%s", p->name);
-            status = h5_read_f32(group, name, opt->m[i], p->ndim, p->shape);
+            status = read_f32_checked(group, name, opt->m[i], p->ndim, p->shape);
             snprintf(name, sizeof name, "v/%s", p->name);
-            if (status == DT_OK) status = h5_read_f32(group, name, opt->v[i], p->ndim, p->shape);
+            if (status == DT_OK) status = read_f32_checked(group, name, opt->v[i], p->ndim, p->shape);
         }
     }
     if (status == DT_OK) opt->step = step;

@@ -182,11 +182,27 @@ dt_status train_config_set_key(train_config *cfg, const char *section, const cha
 
 /* ---- INI files ---- */
 
+enum { MAX_FILE_KEYS = 128 };
+
 typedef struct {
     train_config *cfg;
     int failed;
     char message[512]; /* the first error; inih keeps parsing and reports its line */
+    /* Keys set so far: a key given twice in one file is an error rather than
+     * "the last one wins", which silently hides an edit. */
+    int n_seen;
+    char seen[MAX_FILE_KEYS][96];
 } parse_state;
+
+/* 1 when section.name was already set in this file (else records it). */
+static int seen_before(parse_state *state, const char *section, const char *name) {
+    char full[96];
+    snprintf(full, sizeof full, "%s.%s", section, name);
+    for (int i = 0; i < state->n_seen; i++)
+        if (!strcmp(state->seen[i], full)) return 1;
+    if (state->n_seen < MAX_FILE_KEYS) snprintf(state->seen[state->n_seen++], sizeof state->seen[0], "%s", full);
+    return 0;
+}
 
 static int on_ini_entry(void *user, const char *section, const char *name, const char *value) {
     parse_state *state = user;
@@ -194,6 +210,8 @@ static int on_ini_entry(void *user, const char *section, const char *name, const
     dt_status status;
     if (section[0] == '\0')
         status = dt_errorf("key '%s' outside any section (put it under [model], [data] or [train])", name);
+    else if (seen_before(state, section, name))
+        status = dt_errorf("%s.%s is set twice (or a value is continued on an indented line)", section, name);
     else
         status = train_config_set_key(state->cfg, section, name, value);
     if (status != DT_OK) {
@@ -214,19 +232,59 @@ static dt_status finish_parse(int rc, const parse_state *state, const char *orig
     return DT_OK;
 }
 
+/* Largest config file read: configs are a few hundred bytes; anything this
+ * big is the wrong file. */
+#define CONFIG_FILE_MAX (1 << 20)
+
 dt_status train_config_load(train_config *cfg, const char *path) {
     FILE *file = fopen(path, "r");
     if (!file) return dt_errorf("%s: no such config file (or not readable)", path);
-    parse_state state = {.cfg = cfg};
-    int rc = ini_parse_file(file, on_ini_entry, &state);
+    /* Read it whole first: a directory opens but reads nothing, and inih's
+     * line reader would stop each line at a NUL byte, so both would parse as
+     * an empty config and fail later with an error that does not name the file. */
+    char *text = malloc(CONFIG_FILE_MAX + 1);
+    if (!text) {
+        fclose(file);
+        return dt_errorf("%s: out of memory", path);
+    }
+    size_t n = fread(text, 1, CONFIG_FILE_MAX + 1, file);
+    int read_error = ferror(file);
     fclose(file);
-    return finish_parse(rc, &state, path);
+    dt_status status = DT_OK;
+    if (read_error)
+        status = dt_errorf("%s: cannot read (a directory?)", path);
+    else if (n > CONFIG_FILE_MAX)
+        status = dt_errorf("%s: larger than %d bytes, not a config file", path, CONFIG_FILE_MAX);
+    else if (memchr(text, '\0', n))
+        status = dt_errorf("%s: contains NUL bytes, not a text config file", path);
+    if (status != DT_OK) {
+        free(text);
+        return status;
+    }
+    text[n] = '\0';
+    parse_state *state = calloc(1, sizeof *state);
+    if (!state) {
+        free(text);
+        return dt_errorf("%s: out of memory", path);
+    }
+    state->cfg = cfg;
+    int rc = ini_parse_string(text, on_ini_entry, state);
+    free(text);
+    status = finish_parse(rc, state, path);
+    if (status == DT_OK && state->n_seen == 0)
+        status = dt_errorf("%s: sets no keys (an empty config file?); see experiments/configs/", path);
+    free(state);
+    return status;
 }
 
 dt_status train_config_parse_string(train_config *cfg, const char *text, const char *origin) {
-    parse_state state = {.cfg = cfg};
-    int rc = ini_parse_string(text, on_ini_entry, &state);
-    return finish_parse(rc, &state, origin);
+    parse_state *state = calloc(1, sizeof *state);
+    if (!state) return dt_errorf("%s: out of memory", origin);
+    state->cfg = cfg;
+    int rc = ini_parse_string(text, on_ini_entry, state);
+    dt_status status = finish_parse(rc, state, origin);
+    free(state);
+    return status;
 }
 
 dt_status train_config_set(train_config *cfg, const char *assignment) {

@@ -1,0 +1,805 @@
+/* The KV-cache decode engine (see decode.h): session setup, the batched
+ * primary prefill, and the one-position step over the primary row, the branch
+ * row, or both stacked.
+ *
+ * One routine, forward_rows(), runs a decode position for a contiguous range
+ * of the two rows (row 0 primary, row 1 branch). Grouped decode calls it once
+ * with both rows; un-grouped decode calls it for row 0, then row 1; an
+ * un-grouped prefill calls it for row 1 alone at the last prompt position (a
+ * grouped prefill instead appends the branch row to the prompt's batched
+ * products, see eval_decode_prefill). Every shared matrix is
+ * applied by rows_linear(), which stacks the rows into one M = 2 product when
+ * both are present and use the same weights (share = on), and otherwise runs
+ * one M = 1 product per row with that row's weights (share = off, or one row).
+ * So the three modes are the same arithmetic in a different grouping.
+ *
+ * Threads: a step runs as one team (eval/team.h): every thread executes
+ * forward_rows(); the products are split over the team, the small serial parts
+ * (norms, RoPE, coupling, residuals, routing) run on one thread inside
+ * EVAL_TEAM_SERIAL, and attention is split by kv head. Traffic is counted in
+ * code every thread runs, by the team leader only. With matvec = BLIS the step
+ * runs on the caller (BLIS threads itself) and the same code degenerates to a
+ * plain sequence. */
+#include "eval/decode.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "eval/matvec.h"
+#include "eval/team.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "kernels/softmax.h"
+#include "kernels/topk.h"
+
+/* Most experts a row may choose (routing scratch lives on the stack). */
+enum { MAX_TOP_K = 64 };
+
+/* Sizes used everywhere below, read once from the config. */
+typedef struct shapes {
+    int64_t C, H, Hkv, hd, qdim, kvdim, F, V, E, L, top_k, top_k_branch;
+    int layernorm; /* nanogpt: LayerNorm with bias; otherwise RMSNorm */
+    int rope;      /* llama, moe */
+    int moe;
+} shapes;
+
+static shapes shapes_of(const model *m) {
+    const model_config *c = &m->config;
+    shapes d;
+    d.C = c->d_model;
+    d.H = c->n_head;
+    d.Hkv = c->n_kv_head;
+    d.hd = c->d_model / c->n_head;
+    d.qdim = d.H * d.hd;
+    d.kvdim = d.Hkv * d.hd;
+    d.F = c->d_ff;
+    d.V = c->vocab_size;
+    d.E = c->family == FAMILY_MOE ? c->n_expert : 0;
+    d.L = c->n_layer;
+    d.top_k = c->top_k;
+    d.top_k_branch = c->top_k_branch;
+    d.layernorm = c->family == FAMILY_NANOGPT;
+    d.rope = c->family != FAMILY_NANOGPT;
+    d.moe = c->family == FAMILY_MOE;
+    return d;
+}
+
+static const float *data_of(const dt_tensor *t) { return t ? (const float *)t->data : NULL; }
+
+const char *eval_decode_mode_name(eval_decode_mode mode) {
+    switch (mode) {
+    case EVAL_DECODE_BASELINE: return "baseline";
+    case EVAL_DECODE_GROUPED: return "grouped";
+    case EVAL_DECODE_UNGROUPED: return "ungrouped";
+    }
+    return "?";
+}
+
+/* ---- session memory ------------------------------------------------------ */
+
+/* Stages of one step (the team's counters): per forward_rows() pass the
+ * embedding, the head, and per layer 10 dense stages or, for MoE, 8 plus 4 per
+ * expert run (at most top_k + top_k_branch); two passes when un-grouped. */
+static int64_t team_stages(const shapes *d) {
+    int64_t per_layer = d->moe ? 8 + 4 * (d->top_k + d->top_k_branch) : 10;
+    return 2 * (4 + d->L * per_layer) + 4;
+}
+
+/* Two passes over the same layout: the first (arena NULL) sums the sizes so the
+ * arena is created with exactly one chunk, the second hands out the buffers. */
+typedef struct planner {
+    dt_arena *arena;
+    size_t bytes;
+    int failed;
+} planner;
+
+static void *take(planner *p, int64_t count, size_t elem_bytes) {
+    size_t bytes = (size_t)(count > 0 ? count : 1) * elem_bytes;
+    if (!p->arena) {
+        p->bytes += (bytes + DT_ARENA_ALIGN - 1) / DT_ARENA_ALIGN * DT_ARENA_ALIGN;
+        return NULL;
+    }
+    void *ptr = dt_arena_alloc(p->arena, bytes);
+    if (!ptr) p->failed = 1;
+    return ptr;
+}
+
+static void layout(eval_decode_session *s, planner *p) {
+    shapes d = shapes_of(s->model);
+    int64_t T = s->n_pos_max, P = s->max_prompt, k = d.top_k > 0 ? d.top_k : 1;
+    const size_t f = sizeof(float), i = sizeof(int32_t);
+    s->k_cache = take(p, d.L * T * d.kvdim, f);
+    s->v_cache = take(p, d.L * T * d.kvdim, f);
+    s->q1 = take(p, d.L * d.qdim, f);
+    s->z1 = take(p, d.L * d.F, f);
+    s->m1 = take(p, d.L * d.C, f);
+    s->router1 = take(p, d.L * d.E, f);
+    s->logits = take(p, 2 * d.V, f);
+
+    eval_decode_rows *r = &s->rows;
+    r->h = take(p, 2 * d.C, f);
+    r->x = take(p, 2 * d.C, f);
+    r->o = take(p, 2 * d.C, f);
+    r->m = take(p, 2 * d.C, f);
+    r->expert_out = take(p, 2 * d.C, f);
+    r->q = take(p, 2 * d.qdim, f);
+    r->y = take(p, 2 * d.qdim, f);
+    r->hidden_a = take(p, 2 * d.F, f);
+    r->hidden_b = take(p, 2 * d.F, f);
+    r->z = take(p, 2 * d.F, f);
+    r->mean = take(p, 2, f);
+    r->rstd = take(p, 2, f);
+    r->router_logits = take(p, 2 * d.E, f);
+    r->attn_scratch = take(p, 2 * d.H * T, f);
+    r->route_index = take(p, d.L * 2 * MAX_TOP_K, i);
+    r->route_gates = take(p, d.L * 2 * MAX_TOP_K, f);
+    s->team.n_stages = (int)team_stages(&d);
+    s->team.stages = take(p, s->team.n_stages, sizeof(eval_team_stage));
+
+    /* Prefill rows: the prompt plus the branch row that grouped mode appends. */
+    eval_decode_prefill_buffers *b = &s->prefill;
+    int64_t R = P + 1;
+    b->h = take(p, R * d.C, f);
+    b->x = take(p, R * d.C, f);
+    b->o = take(p, R * d.C, f);
+    b->m = take(p, R * d.C, f);
+    b->q = take(p, R * d.qdim, f);
+    b->y = take(p, R * d.qdim, f);
+    b->hidden_a = take(p, R * d.F, f);
+    b->hidden_b = take(p, R * d.F, f);
+    b->z = take(p, R * d.F, f);
+    b->mean = take(p, R, f);
+    b->rstd = take(p, R, f);
+    b->lse = take(p, d.H * P, f);
+    if (d.moe) {
+        b->expert_in = take(p, R * d.C, f);
+        b->expert_out = take(p, R * d.C, f);
+        b->router_logits = take(p, R * d.E, f);
+        b->topk_index = take(p, P * k, i);
+        b->topk_logits = take(p, P * k, f);
+        b->topk_gates = take(p, P * k, f);
+        b->expert_rows = take(p, R, i);
+        b->expert_gates = take(p, R, f);
+    }
+}
+
+dt_status eval_decode_init(eval_decode_session *s, const model *m, eval_decode_mode mode, int64_t max_prompt) {
+    memset(s, 0, sizeof *s);
+    const model_config *c = &m->config;
+    if (mode != EVAL_DECODE_BASELINE && mode != EVAL_DECODE_GROUPED && mode != EVAL_DECODE_UNGROUPED)
+        return dt_errorf("decode: unknown mode %d", (int)mode);
+    if (c->family != FAMILY_NANOGPT && !m->rope_table)
+        return dt_errorf("decode: model has no RoPE table (family %s)", model_family_name(c->family));
+    if (c->family == FAMILY_MOE && (c->top_k > MAX_TOP_K || c->top_k_branch > MAX_TOP_K))
+        return dt_errorf("decode: top_k %lld / top_k_branch %lld above the engine's limit %d", (long long)c->top_k,
+                         (long long)c->top_k_branch, MAX_TOP_K);
+    if (max_prompt < 0 || max_prompt > c->block_size)
+        return dt_errorf("decode: max_prompt %lld outside 0..block_size %lld", (long long)max_prompt,
+                         (long long)c->block_size);
+    s->model = m;
+    s->mode = mode;
+    s->matvec = EVAL_MATVEC_OWN;
+    s->run_branch = c->branch == BRANCH_DECODE && mode != EVAL_DECODE_BASELINE;
+    s->n_pos_max = c->block_size;
+    s->max_prompt = max_prompt ? max_prompt : c->block_size;
+    s->pos = -1;
+    s->alpha = 1.0f;
+
+    planner count = {0};
+    layout(s, &count);
+    if (dt_arena_init(&s->arena, count.bytes) != DT_OK) return dt_error_context("decode session");
+    planner real = {.arena = &s->arena};
+    layout(s, &real);
+    if (real.failed) {
+        dt_arena_free(&s->arena);
+        return dt_error_context("decode session");
+    }
+    /* Zero everything once: the caches then never hold garbage, and the pages
+     * are faulted in here rather than during the first timed step. */
+    memset(s->arena.chunks[0].base, 0, s->arena.chunks[0].capacity);
+    return DT_OK;
+}
+
+void eval_decode_free(eval_decode_session *s) {
+    dt_arena_free(&s->arena);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- building blocks ----------------------------------------------------- */
+
+/* Traffic counters are updated in code every team thread runs, by the leader only. */
+static void count_weight(eval_decode_session *s, int64_t floats) {
+    if (eval_team_leader()) s->traffic.weight_bytes += (double)floats * 4.0;
+}
+
+static void count(eval_decode_session *s, double *counter, double bytes) {
+    if (eval_team_leader()) *counter += bytes;
+}
+
+/* The independent M <= 2 products of the current stage (Wq, Wk, Wv; W1, W3),
+ * queued per thread: every team thread builds the same list. */
+static _Thread_local eval_matvec_job pending[EVAL_MATVEC_MAX_JOBS];
+static _Thread_local int n_pending;
+
+/* Runs the queued products: one team stage (or one eval_matvec_batch call). */
+static void flush(eval_decode_session *s) {
+    if (n_pending) eval_team_matvec(&s->team, pending, n_pending);
+    n_pending = 0;
+}
+
+/* out [M,N] = in [M,K] · weight [N,K]^T + bias [N], counted as one load of the
+ * matrix. M <= 2 products on the eval_matvec path are queued: they run at the
+ * next flush(), together with the other independent products of the stage.
+ * Anything else runs now through BLIS (never inside a team: see file comment). */
+static void queue_linear(eval_decode_session *s, float *out, const float *in, const float *weight,
+                         const float *bias, int64_t M, int64_t K, int64_t N) {
+    count_weight(s, N * K + (bias ? N : 0));
+    if (eval_team_leader()) s->traffic.matrix_loads++;
+    if (s->matvec == EVAL_MATVEC_OWN && M <= 2) {
+        if (n_pending == EVAL_MATVEC_MAX_JOBS) flush(s);
+        pending[n_pending++] = (eval_matvec_job){out, in, weight, bias, M, K, N};
+    } else {
+        k_linear_forward(out, in, weight, bias, M, K, N);
+    }
+}
+
+/* The same, run immediately (with whatever was queued before it). */
+static void linear(eval_decode_session *s, float *out, const float *in, const float *weight, const float *bias,
+                   int64_t M, int64_t K, int64_t N) {
+    queue_linear(s, out, in, weight, bias, M, K, N);
+    flush(s);
+}
+
+/* Rows [row0, row0 + n_rows) of in [2,K] into the same rows of out [2,N]. Row 0
+ * applies (w0, b0), the primary's; row 1 applies (w1, b1), the branch's. Two
+ * rows with the same matrix are one stacked product: the matrix is read once.
+ * Queued: the caller flushes before reading out. */
+static void rows_linear(eval_decode_session *s, float *out, const float *in, int row0, int n_rows,
+                        const dt_tensor *w0, const dt_tensor *b0, const dt_tensor *w1, const dt_tensor *b1,
+                        int64_t K, int64_t N) {
+    if (n_rows == 2 && w0 == w1 && b0 == b1) {
+        queue_linear(s, out, in, data_of(w0), data_of(b0), 2, K, N);
+        return;
+    }
+    for (int r = row0; r < row0 + n_rows; r++)
+        queue_linear(s, out + r * N, in + r * K, data_of(r == 0 ? w0 : w1), data_of(r == 0 ? b0 : b1), 1, K, N);
+}
+
+// out, in [M,C]; weight, bias [C]; mean, rstd [M]
+static void norm(eval_decode_session *s, float *out, float *mean, float *rstd, const float *in,
+                 const dt_tensor *weight, const dt_tensor *bias, int64_t M, int64_t C) {
+    float eps = (float)s->model->config.norm_eps;
+    if (s->model->config.family == FAMILY_NANOGPT)
+        k_layernorm_forward(out, mean, rstd, in, data_of(weight), data_of(bias), M, C, eps);
+    else
+        k_rmsnorm_forward(out, rstd, in, data_of(weight), M, C, eps);
+}
+
+/* What a norm reads: its weight (and bias). */
+static void count_norm(eval_decode_session *s, const dt_tensor *weight, const dt_tensor *bias) {
+    count_weight(s, weight->size + (bias ? bias->size : 0));
+}
+
+/* dst[n] += couple[n] * primary[n]: a coupling term of SPEC §2 (couple may be NULL: couple = off). */
+static void add_coupling(float *dst, const dt_tensor *couple, const float *primary, int64_t n) {
+    if (!couple) return;
+    const float *c = data_of(couple);
+    for (int64_t i = 0; i < n; i++) dst[i] += c[i] * primary[i];
+}
+
+/* ---- one decode position ------------------------------------------------- */
+
+/* Dense FFN of rows [row0, row0 + n_rows) at layer l: x [2,C] -> rows->m [2,C];
+ * saves z1 from the primary row and couples the branch row to it. */
+static void ffn_dense_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
+    shapes d = shapes_of(s->model);
+    const model_layer *layer = &s->model->layers[l];
+    const model_block_weights *p = &layer->primary, *b = &layer->branch;
+    eval_decode_rows *r = &s->rows;
+    if (d.layernorm) {
+        rows_linear(s, r->hidden_a, r->x, row0, n_rows, p->fc, p->fc_bias, b->fc, b->fc_bias, d.C, d.F);
+    } else {
+        rows_linear(s, r->hidden_a, r->x, row0, n_rows, p->w1, NULL, b->w1, NULL, d.C, d.F);
+        rows_linear(s, r->hidden_b, r->x, row0, n_rows, p->w3, NULL, b->w3, NULL, d.C, d.F);
+    }
+    flush(s); /* W1 and W3 in one stage */
+    EVAL_TEAM_SERIAL(&s->team) {
+        float *z = r->z + row0 * d.F;
+        if (d.layernorm)
+            k_gelu_forward(z, r->hidden_a + row0 * d.F, n_rows * d.F);
+        else
+            k_swiglu_forward(z, r->hidden_a + row0 * d.F, r->hidden_b + row0 * d.F, n_rows * d.F);
+        if (row0 == 0) memcpy(s->z1 + l * d.F, r->z, (size_t)d.F * sizeof(float));
+        if (row0 + n_rows == 2) add_coupling(r->z + d.F, layer->couple_hidden, s->z1 + l * d.F, d.F);
+    }
+    if (d.layernorm)
+        rows_linear(s, r->m, r->z, row0, n_rows, p->proj, p->proj_bias, b->proj, b->proj_bias, d.F, d.C);
+    else
+        rows_linear(s, r->m, r->z, row0, n_rows, p->w2, NULL, b->w2, NULL, d.F, d.C);
+    flush(s);
+}
+
+/* SwiGLU expert e of `weights` on n_rows contiguous rows: in [n,C] -> out [n,C]. */
+static void expert_forward(eval_decode_session *s, float *out, const float *in, int n_rows,
+                           const model_block_weights *weights, int64_t e) {
+    shapes d = shapes_of(s->model);
+    eval_decode_rows *r = &s->rows;
+    const float *w1 = data_of(weights->w1) + e * d.F * d.C, *w3 = data_of(weights->w3) + e * d.F * d.C;
+    const float *w2 = data_of(weights->w2) + e * d.C * d.F;
+    queue_linear(s, r->hidden_a, in, w1, NULL, n_rows, d.C, d.F);
+    queue_linear(s, r->hidden_b, in, w3, NULL, n_rows, d.C, d.F);
+    flush(s);
+    EVAL_TEAM_SERIAL(&s->team) k_swiglu_forward(r->z, r->hidden_a, r->hidden_b, n_rows * d.F);
+    linear(s, out, r->z, w2, NULL, n_rows, d.F, d.C);
+}
+
+/* Gate of expert e in a row's routing (index [k], gates [k]); 0 when not chosen. */
+static int find_gate(const int32_t *index, const float *gates, int64_t k, int64_t e, float *gate) {
+    for (int64_t j = 0; j < k; j++)
+        if (index[j] == e) {
+            *gate = gates[j];
+            return 1;
+        }
+    return 0;
+}
+
+/* The branch row's experts and gates at one layer (SPEC §2): `replay` picks
+ * the top-k_branch of the PRIMARY's router logits, `own` of the branch's own;
+ * the gates are the softmax of the branch's own logits over the chosen.
+ * primary_logits, branch_logits [E]; index, gates [k]. */
+static void route_branch(const model_config *c, const float *primary_logits, const float *branch_logits, int64_t E,
+                         int64_t k, int32_t *index, float *gates) {
+    float chosen[MAX_TOP_K];
+    if (c->branch_routing == ROUTING_REPLAY) {
+        k_topk(index, NULL, primary_logits, 1, E, k);
+        for (int64_t j = 0; j < k; j++) chosen[j] = branch_logits[index[j]];
+    } else {
+        k_topk(index, chosen, branch_logits, 1, E, k);
+    }
+    k_softmax_forward(gates, chosen, 1, k);
+}
+
+/* MoE FFN of rows [row0, row0 + n_rows) at layer l (SPEC §1, §2 routing):
+ * x [2,C] -> rows->m [2,C]. Each expert in the union of the rows' choices runs
+ * once; when both rows chose it and share the experts, as one M = 2 product. */
+static void ffn_moe_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
+    shapes d = shapes_of(s->model);
+    const model_config *c = &s->model->config;
+    const model_layer *layer = &s->model->layers[l];
+    const model_block_weights *weights[2] = {&layer->primary, &layer->branch};
+    eval_decode_rows *r = &s->rows;
+    const int64_t k[2] = {d.top_k, d.top_k_branch};
+    /* Per layer, so no thread overwrites a routing another thread may still be
+     * reading to decide which experts to visit (team rule: control flow only
+     * from data that stays put for the whole step). */
+    int32_t *index[2] = {r->route_index + l * 2 * MAX_TOP_K, r->route_index + (l * 2 + 1) * MAX_TOP_K};
+    float *gates[2] = {r->route_gates + l * 2 * MAX_TOP_K, r->route_gates + (l * 2 + 1) * MAX_TOP_K};
+
+    rows_linear(s, r->router_logits, r->x, row0, n_rows, layer->primary.router, NULL, layer->branch.router, NULL, d.C,
+                d.E);
+    flush(s);
+    EVAL_TEAM_SERIAL(&s->team) {
+        if (row0 == 0) { /* primary: top_k of its router logits, softmax over the chosen */
+            float chosen[MAX_TOP_K];
+            memcpy(s->router1 + l * d.E, r->router_logits, (size_t)d.E * sizeof(float));
+            k_topk(index[0], chosen, r->router_logits, 1, d.E, k[0]);
+            k_softmax_forward(gates[0], chosen, 1, k[0]);
+        }
+        if (row0 + n_rows == 2)
+            route_branch(c, s->router1 + l * d.E, r->router_logits + d.E, d.E, k[1], index[1], gates[1]);
+        memset(r->m + row0 * d.C, 0, (size_t)(n_rows * d.C) * sizeof(float));
+    }
+    /* From here every thread reads the routing the serial stage wrote. */
+    int stack = n_rows == 2 && layer->primary.w1 == layer->branch.w1;
+    for (int64_t e = 0; e < d.E; e++) { /* ascending expert order in every mode: same sums */
+        float gate[2] = {0.0f, 0.0f};
+        int uses[2] = {0, 0};
+        for (int row = row0; row < row0 + n_rows; row++) uses[row] = find_gate(index[row], gates[row], k[row], e, &gate[row]);
+        if (!uses[0] && !uses[1]) continue;
+        if (stack && uses[0] && uses[1]) {
+            expert_forward(s, r->expert_out, r->x, 2, weights[0], e);
+            if (eval_team_leader()) s->traffic.expert_loads++;
+        } else {
+            for (int row = row0; row < row0 + n_rows; row++) {
+                if (!uses[row]) continue;
+                expert_forward(s, r->expert_out + row * d.C, r->x + row * d.C, 1, weights[row], e);
+                if (eval_team_leader()) s->traffic.expert_loads++;
+            }
+        }
+        EVAL_TEAM_SERIAL(&s->team) {
+            for (int row = row0; row < row0 + n_rows; row++)
+                if (uses[row]) k_accumulate_scaled(r->m + row * d.C, r->expert_out + row * d.C, gate[row], d.C);
+        }
+    }
+}
+
+/* Attention of n_rows query rows at position pos over the cache, one kv head
+ * (and its group of query heads) per work item, so the team splits it. */
+typedef struct attention_args {
+    float *out;            /* [n_rows, H*hd] */
+    const float *q;        /* [n_rows, H*hd] */
+    const float *k_cache;  /* [n_pos_max, Hkv*hd] */
+    const float *v_cache;  /* [n_pos_max, Hkv*hd] */
+    float *scratch;        /* [n_rows, H, n_pos_max] */
+    int64_t n_rows, pos, H, Hkv, hd, n_pos_max;
+} attention_args;
+
+static void attention_kv_head(int64_t kv_head, void *arg) {
+    const attention_args *a = arg;
+    const int64_t group = a->H / a->Hkv, qdim = a->H * a->hd, kvdim = a->Hkv * a->hd, n_pos = a->pos + 1;
+    const float scale = (float)(1.0 / sqrt((double)a->hd));
+    for (int64_t row = 0; row < a->n_rows; row++)
+        for (int64_t h = kv_head * group; h < (kv_head + 1) * group; h++) {
+            const float *q = a->q + row * qdim + h * a->hd;
+            float *scores = a->scratch + (row * a->H + h) * a->n_pos_max, max = -INFINITY, sum = 0.0f;
+            for (int64_t t = 0; t < n_pos; t++) {
+                const float *k = a->k_cache + t * kvdim + kv_head * a->hd;
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int64_t i = 0; i < a->hd; i++) dot += q[i] * k[i];
+                scores[t] = dot * scale;
+                max = scores[t] > max ? scores[t] : max;
+            }
+            for (int64_t t = 0; t < n_pos; t++) sum += (scores[t] = expf(scores[t] - max));
+            float *out = a->out + row * qdim + h * a->hd;
+            memset(out, 0, (size_t)a->hd * sizeof(float));
+            for (int64_t t = 0; t < n_pos; t++) {
+                const float *v = a->v_cache + t * kvdim + kv_head * a->hd, p = scores[t] / sum;
+#pragma omp simd
+                for (int64_t i = 0; i < a->hd; i++) out[i] += p * v[i];
+            }
+        }
+}
+
+// out, q [n_rows, H*hd]; k_cache, v_cache [n_pos_max, Hkv*hd]
+static void attention_rows(eval_decode_session *s, float *out, const float *q, const float *k_cache,
+                           const float *v_cache, int n_rows, int64_t pos) {
+    shapes d = shapes_of(s->model);
+    count(s, &s->traffic.kv_read_bytes, 2.0 * (double)(pos + 1) * (double)d.kvdim * 4.0);
+    if (!eval_team_active()) { /* the kernel, threaded by itself */
+        k_attention_decode(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, s->rows.attn_scratch);
+        return;
+    }
+    attention_args a = {out, q, k_cache, v_cache, s->rows.attn_scratch, n_rows, pos, d.H, d.Hkv, d.hd, s->n_pos_max};
+    eval_team_for(&s->team, d.Hkv, attention_kv_head, &a);
+}
+
+/* Decode position `pos` for rows [row0, row0 + n_rows) with input token `token`:
+ * row 0 (primary) writes K/V at pos and keeps q1, z1, m1, router logits; row 1
+ * (branch) reads them. Leaves the rows' logits in s->logits. Run by every
+ * thread of the step's team. */
+static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int row0, int n_rows) {
+    const model *m = s->model;
+    shapes d = shapes_of(m);
+    eval_decode_rows *r = &s->rows;
+    eval_team *team = &s->team;
+    int has_branch_row = row0 + n_rows == 2;
+
+    EVAL_TEAM_SERIAL(team) {
+        for (int row = row0; row < row0 + n_rows; row++) { /* g = emb[x_t] (+ pos_emb[t]) */
+            const float *emb = data_of(row == 0 ? m->tok_emb : m->branch_tok_emb) + (int64_t)token * d.C;
+            memcpy(r->h + row * d.C, emb, (size_t)d.C * sizeof(float));
+            if (m->pos_emb) k_accumulate(r->h + row * d.C, data_of(m->pos_emb) + pos * d.C, d.C);
+        }
+    }
+    count_weight(s, n_rows * d.C * (m->pos_emb ? 2 : 1));
+    float *h = r->h + row0 * d.C, *x = r->x + row0 * d.C;
+    for (int64_t l = 0; l < d.L; l++) {
+        const model_layer *layer = &m->layers[l];
+        const model_block_weights *p = &layer->primary, *b = &layer->branch;
+        float *k_cache = s->k_cache + l * s->n_pos_max * d.kvdim, *v_cache = s->v_cache + l * s->n_pos_max * d.kvdim;
+
+        EVAL_TEAM_SERIAL(team) norm(s, x, r->mean, r->rstd, h, layer->attn_norm, layer->attn_norm_bias, n_rows, d.C);
+        count_norm(s, layer->attn_norm, layer->attn_norm_bias);
+        rows_linear(s, r->q, r->x, row0, n_rows, p->wq, p->wq_bias, b->wq, b->wq_bias, d.C, d.qdim);
+        if (row0 == 0) { /* K, V of the primary row only, straight into the cache */
+            queue_linear(s, k_cache + pos * d.kvdim, r->x, data_of(p->wk), data_of(p->wk_bias), 1, d.C, d.kvdim);
+            queue_linear(s, v_cache + pos * d.kvdim, r->x, data_of(p->wv), data_of(p->wv_bias), 1, d.C, d.kvdim);
+            count(s, &s->traffic.kv_write_bytes, 2.0 * (double)d.kvdim * 4.0);
+        }
+        flush(s); /* Wq (both rows), Wk, Wv in one stage */
+        EVAL_TEAM_SERIAL(team) {
+            if (row0 == 0) {
+                memcpy(s->q1 + l * d.qdim, r->q, (size_t)d.qdim * sizeof(float)); /* before RoPE */
+                if (d.rope) k_rope_forward(k_cache + pos * d.kvdim, m->rope_table, 1, 1, pos, d.Hkv, d.hd);
+            }
+            if (has_branch_row) add_coupling(r->q + d.qdim, layer->couple_q, s->q1 + l * d.qdim, d.qdim);
+            if (d.rope) k_rope_forward(r->q + row0 * d.qdim, m->rope_table, n_rows, 1, pos, d.H, d.hd);
+        }
+        /* both queries in one pass over the cache */
+        attention_rows(s, r->y + row0 * d.qdim, r->q + row0 * d.qdim, k_cache, v_cache, n_rows, pos);
+        rows_linear(s, r->o, r->y, row0, n_rows, p->wo, p->wo_bias, b->wo, b->wo_bias, d.qdim, d.C);
+        flush(s);
+        EVAL_TEAM_SERIAL(team) {
+            k_accumulate(h, r->o + row0 * d.C, n_rows * d.C);
+            norm(s, x, r->mean, r->rstd, h, layer->ffn_norm, layer->ffn_norm_bias, n_rows, d.C);
+        }
+        count_norm(s, layer->ffn_norm, layer->ffn_norm_bias);
+        if (d.moe)
+            ffn_moe_rows(s, l, row0, n_rows);
+        else
+            ffn_dense_rows(s, l, row0, n_rows);
+        EVAL_TEAM_SERIAL(team) {
+            if (row0 == 0) memcpy(s->m1 + l * d.C, r->m, (size_t)d.C * sizeof(float));
+            if (has_branch_row) add_coupling(r->m + d.C, layer->couple_out, s->m1 + l * d.C, d.C);
+            k_accumulate(h, r->m + row0 * d.C, n_rows * d.C);
+        }
+    }
+    EVAL_TEAM_SERIAL(team) norm(s, x, r->mean, r->rstd, h, m->final_norm, m->final_norm_bias, n_rows, d.C);
+    count_norm(s, m->final_norm, m->final_norm_bias);
+    rows_linear(s, s->logits, r->x, row0, n_rows, m->lm_head, NULL, m->lm_head, NULL, d.C, d.V);
+    flush(s);
+}
+
+/* forward_rows() for rows [row0, row0 + n_rows), then (then_branch) for the
+ * branch row alone: the un-grouped step's two passes. */
+typedef struct rows_pass {
+    eval_decode_session *s;
+    int32_t token;
+    int64_t pos;
+    int row0, n_rows, then_branch;
+} rows_pass;
+
+static void rows_pass_body(void *arg) {
+    const rows_pass *a = arg;
+    forward_rows(a->s, a->token, a->pos, a->row0, a->n_rows);
+    if (a->then_branch) forward_rows(a->s, a->token, a->pos, 1, 1);
+}
+
+/* Runs the pass on the step team (own matvec) or on the caller (BLIS). */
+static void run_rows(eval_decode_session *s, int32_t token, int64_t pos, int row0, int n_rows, int then_branch) {
+    rows_pass a = {s, token, pos, row0, n_rows, then_branch};
+    if (s->matvec == EVAL_MATVEC_OWN)
+        eval_team_run(&s->team, k_get_threads(), rows_pass_body, &a);
+    else
+        rows_pass_body(&a);
+}
+
+float eval_mixture_alpha(const float *logits, int64_t V, double alpha_min, double alpha_max) {
+    double max = logits[0], sum = 0.0, sum_sq = 0.0;
+    for (int64_t v = 1; v < V; v++)
+        if (logits[v] > max) max = logits[v];
+    for (int64_t v = 0; v < V; v++) {
+        double e = exp((double)logits[v] - max);
+        sum += e;
+        sum_sq += e * e;
+    }
+    double collision = sum_sq / (sum * sum);
+    if (collision < alpha_min) collision = alpha_min;
+    if (collision > alpha_max) collision = alpha_max;
+    return (float)collision;
+}
+
+static void update_alpha(eval_decode_session *s) {
+    const model_config *c = &s->model->config;
+    s->alpha = s->run_branch ? eval_mixture_alpha(s->logits, c->vocab_size, c->mix_alpha_min, c->mix_alpha_max) : 1.0f;
+}
+
+void eval_decode_mixture(const eval_decode_session *s, float *probs) {
+    int64_t V = s->model->config.vocab_size;
+    const float *lp = s->logits, *lq = s->logits + V;
+    double max_p = lp[0], sum_p = 0.0, max_q = lq[0], sum_q = 0.0;
+    for (int64_t v = 1; v < V; v++) {
+        if (lp[v] > max_p) max_p = lp[v];
+        if (lq[v] > max_q) max_q = lq[v];
+    }
+    for (int64_t v = 0; v < V; v++) sum_p += exp((double)lp[v] - max_p);
+    double alpha = s->run_branch ? s->alpha : 1.0;
+    if (alpha < 1.0)
+        for (int64_t v = 0; v < V; v++) sum_q += exp((double)lq[v] - max_q);
+    for (int64_t v = 0; v < V; v++) {
+        double r = alpha * exp((double)lp[v] - max_p) / sum_p;
+        if (alpha < 1.0) r += (1.0 - alpha) * exp((double)lq[v] - max_q) / sum_q;
+        probs[v] = (float)r;
+    }
+}
+
+/* ---- prefill ------------------------------------------------------------- */
+
+/* The prefill runs the prompt rows 0..P-1 (primary) and, in grouped mode, the
+ * branch row at position P-1 as one extra row P of the same batched products,
+ * so a branch model's prefill streams each shared matrix once, like the
+ * baseline's: the branch row adds FLOPs, not memory traffic. */
+
+static void prefill_linear(eval_decode_session *s, float *out, const float *in, const dt_tensor *weight,
+                           const dt_tensor *bias, int64_t M, int64_t K, int64_t N) {
+    linear(s, out, in, data_of(weight), data_of(bias), M, K, N);
+}
+
+/* out [P + extra, N] = in [P + extra, K] · W^T: rows < P with the primary's
+ * (w0, b0), the extra branch row P (extra = 1) with the branch's (w1, b1); one
+ * product over all rows when they share the matrix. */
+static void prefill_rows_linear(eval_decode_session *s, float *out, const float *in, int64_t P, int extra,
+                                const dt_tensor *w0, const dt_tensor *b0, const dt_tensor *w1, const dt_tensor *b1,
+                                int64_t K, int64_t N) {
+    if (extra && w0 == w1 && b0 == b1) {
+        prefill_linear(s, out, in, w0, b0, P + 1, K, N);
+        return;
+    }
+    prefill_linear(s, out, in, w0, b0, P, K, N);
+    if (extra) linear(s, out + P * N, in + P * K, data_of(w1), data_of(b1), 1, K, N);
+}
+
+/* MoE FFN over the prompt rows (+ the branch row P when extra): x -> m.
+ * Per expert: gather the rows routed to it, SwiGLU, scale by the gates,
+ * scatter-add back; the branch row joins the primary rows of an expert it
+ * shares. */
+static void prefill_moe(eval_decode_session *s, int64_t l, int64_t P, int extra) {
+    shapes d = shapes_of(s->model);
+    const model_layer *layer = &s->model->layers[l];
+    eval_decode_prefill_buffers *b = &s->prefill;
+    int32_t branch_index[MAX_TOP_K];
+    float branch_gates[MAX_TOP_K], gate;
+
+    prefill_rows_linear(s, b->router_logits, b->x, P, extra, layer->primary.router, NULL, layer->branch.router, NULL,
+                        d.C, d.E);
+    k_topk(b->topk_index, b->topk_logits, b->router_logits, P, d.E, d.top_k);
+    k_softmax_forward(b->topk_gates, b->topk_logits, P, d.top_k);
+    memcpy(s->router1 + l * d.E, b->router_logits + (P - 1) * d.E, (size_t)d.E * sizeof(float));
+    if (extra)
+        route_branch(&s->model->config, b->router_logits + (P - 1) * d.E, b->router_logits + P * d.E, d.E,
+                     d.top_k_branch, branch_index, branch_gates);
+    int shared = layer->primary.w1 == layer->branch.w1;
+    memset(b->m, 0, (size_t)((P + extra) * d.C) * sizeof(float));
+    for (int64_t e = 0; e < d.E; e++) {
+        int64_t n = 0;
+        for (int64_t t = 0; t < P; t++)
+            for (int64_t j = 0; j < d.top_k; j++)
+                if (b->topk_index[t * d.top_k + j] == e) {
+                    b->expert_rows[n] = (int32_t)t;
+                    b->expert_gates[n++] = b->topk_gates[t * d.top_k + j];
+                }
+        if (extra && shared && find_gate(branch_index, branch_gates, d.top_k_branch, e, &gate)) {
+            b->expert_rows[n] = (int32_t)P;
+            b->expert_gates[n++] = gate;
+        }
+        if (n == 0) continue;
+        const float *w1 = data_of(layer->primary.w1) + e * d.F * d.C, *w3 = data_of(layer->primary.w3) + e * d.F * d.C;
+        const float *w2 = data_of(layer->primary.w2) + e * d.C * d.F;
+        k_gather_rows(b->expert_in, b->x, b->expert_rows, n, d.C);
+        linear(s, b->hidden_a, b->expert_in, w1, NULL, n, d.C, d.F);
+        linear(s, b->hidden_b, b->expert_in, w3, NULL, n, d.C, d.F);
+        k_swiglu_forward(b->z, b->hidden_a, b->hidden_b, n * d.F);
+        linear(s, b->expert_out, b->z, w2, NULL, n, d.F, d.C);
+        k_scale_rows(b->expert_out, b->expert_out, b->expert_gates, n, d.C);
+        k_scatter_add_rows(b->m, b->expert_out, b->expert_rows, n, d.C);
+        s->traffic.expert_loads++;
+    }
+    if (extra && !shared) /* share = off: the branch row runs its own experts */
+        for (int64_t e = 0; e < d.E; e++)
+            if (find_gate(branch_index, branch_gates, d.top_k_branch, e, &gate)) {
+                expert_forward(s, s->rows.expert_out, b->x + P * d.C, 1, &layer->branch, e);
+                k_accumulate_scaled(b->m + P * d.C, s->rows.expert_out, gate, d.C);
+                s->traffic.expert_loads++;
+            }
+}
+
+/* Dense FFN over the prompt rows (+ the branch row P): x -> m; keeps z1. */
+static void prefill_dense(eval_decode_session *s, int64_t l, int64_t P, int extra) {
+    shapes d = shapes_of(s->model);
+    const model_layer *layer = &s->model->layers[l];
+    const model_block_weights *p = &layer->primary, *br = &layer->branch;
+    eval_decode_prefill_buffers *b = &s->prefill;
+    int64_t rows = P + extra;
+    if (d.layernorm) {
+        prefill_rows_linear(s, b->hidden_a, b->x, P, extra, p->fc, p->fc_bias, br->fc, br->fc_bias, d.C, d.F);
+        k_gelu_forward(b->z, b->hidden_a, rows * d.F);
+    } else {
+        prefill_rows_linear(s, b->hidden_a, b->x, P, extra, p->w1, NULL, br->w1, NULL, d.C, d.F);
+        prefill_rows_linear(s, b->hidden_b, b->x, P, extra, p->w3, NULL, br->w3, NULL, d.C, d.F);
+        k_swiglu_forward(b->z, b->hidden_a, b->hidden_b, rows * d.F);
+    }
+    memcpy(s->z1 + l * d.F, b->z + (P - 1) * d.F, (size_t)d.F * sizeof(float));
+    if (extra) add_coupling(b->z + P * d.F, layer->couple_hidden, s->z1 + l * d.F, d.F);
+    if (d.layernorm)
+        prefill_rows_linear(s, b->m, b->z, P, extra, p->proj, p->proj_bias, br->proj, br->proj_bias, d.F, d.C);
+    else
+        prefill_rows_linear(s, b->m, b->z, P, extra, p->w2, NULL, br->w2, NULL, d.F, d.C);
+}
+
+static dt_status check_token(const eval_decode_session *s, int32_t token) {
+    if (token < 0 || token >= s->model->config.vocab_size)
+        return dt_errorf("decode: token %d outside the vocabulary 0..%lld", token,
+                         (long long)s->model->config.vocab_size - 1);
+    return DT_OK;
+}
+
+dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int64_t P, float *logits_all) {
+    const model *m = s->model;
+    shapes d = shapes_of(m);
+    eval_decode_prefill_buffers *b = &s->prefill;
+    if (P < 1 || P > s->max_prompt)
+        return dt_errorf("decode: prompt of %lld tokens (this session takes 1..%lld)", (long long)P,
+                         (long long)s->max_prompt);
+    for (int64_t t = 0; t < P; t++)
+        if (check_token(s, tokens[t]) != DT_OK) return dt_error_context("prompt position %lld", (long long)t);
+    memset(&s->traffic, 0, sizeof s->traffic);
+    int extra = s->run_branch && s->mode == EVAL_DECODE_GROUPED; /* the branch row rides along as row P */
+    int64_t rows = P + extra;
+
+    k_embedding_forward(b->h, data_of(m->tok_emb), tokens, P, d.C);
+    if (m->pos_emb) k_add(b->h, b->h, data_of(m->pos_emb), P * d.C);
+    count_weight(s, P * d.C * (m->pos_emb ? 2 : 1));
+    if (extra) { /* g = branch.tok_emb[x_{P-1}] (+ pos_emb[P-1]) */
+        memcpy(b->h + P * d.C, data_of(m->branch_tok_emb) + (int64_t)tokens[P - 1] * d.C, (size_t)d.C * sizeof(float));
+        if (m->pos_emb) k_accumulate(b->h + P * d.C, data_of(m->pos_emb) + (P - 1) * d.C, d.C);
+        count_weight(s, d.C);
+    }
+    for (int64_t l = 0; l < d.L; l++) {
+        const model_layer *layer = &m->layers[l];
+        const model_block_weights *w = &layer->primary, *br = &layer->branch;
+        float *k_cache = s->k_cache + l * s->n_pos_max * d.kvdim, *v_cache = s->v_cache + l * s->n_pos_max * d.kvdim;
+
+        norm(s, b->x, b->mean, b->rstd, b->h, layer->attn_norm, layer->attn_norm_bias, rows, d.C);
+        count_norm(s, layer->attn_norm, layer->attn_norm_bias);
+        prefill_rows_linear(s, b->q, b->x, P, extra, w->wq, w->wq_bias, br->wq, br->wq_bias, d.C, d.qdim);
+        memcpy(s->q1 + l * d.qdim, b->q + (P - 1) * d.qdim, (size_t)d.qdim * sizeof(float));
+        prefill_linear(s, k_cache, b->x, w->wk, w->wk_bias, P, d.C, d.kvdim);
+        prefill_linear(s, v_cache, b->x, w->wv, w->wv_bias, P, d.C, d.kvdim);
+        if (extra) add_coupling(b->q + P * d.qdim, layer->couple_q, s->q1 + l * d.qdim, d.qdim);
+        if (d.rope) {
+            k_rope_forward(b->q, m->rope_table, 1, P, 0, d.H, d.hd);
+            k_rope_forward(k_cache, m->rope_table, 1, P, 0, d.Hkv, d.hd);
+            if (extra) k_rope_forward(b->q + P * d.qdim, m->rope_table, 1, 1, P - 1, d.H, d.hd);
+        }
+        k_attention_forward(b->y, b->lse, b->q, k_cache, v_cache, 1, P, d.H, d.Hkv, d.hd);
+        s->traffic.kv_read_bytes += 2.0 * (double)(P * d.kvdim) * 4.0;
+        if (extra) {
+            k_attention_decode(b->y + P * d.qdim, b->q + P * d.qdim, k_cache, v_cache, 1, P - 1, d.H, d.Hkv, d.hd,
+                               s->rows.attn_scratch);
+            s->traffic.kv_read_bytes += 2.0 * (double)(P * d.kvdim) * 4.0;
+        }
+        prefill_rows_linear(s, b->o, b->y, P, extra, w->wo, w->wo_bias, br->wo, br->wo_bias, d.qdim, d.C);
+        k_accumulate(b->h, b->o, rows * d.C);
+
+        norm(s, b->x, b->mean, b->rstd, b->h, layer->ffn_norm, layer->ffn_norm_bias, rows, d.C);
+        count_norm(s, layer->ffn_norm, layer->ffn_norm_bias);
+        if (d.moe)
+            prefill_moe(s, l, P, extra);
+        else
+            prefill_dense(s, l, P, extra);
+        memcpy(s->m1 + l * d.C, b->m + (P - 1) * d.C, (size_t)d.C * sizeof(float));
+        if (extra) add_coupling(b->m + P * d.C, layer->couple_out, s->m1 + l * d.C, d.C);
+        k_accumulate(b->h, b->m, rows * d.C);
+    }
+    s->traffic.kv_write_bytes += 2.0 * (double)(P * d.kvdim * d.L) * 4.0;
+    count_norm(s, m->final_norm, m->final_norm_bias);
+    if (logits_all) { /* teacher-forced logits of every prompt position */
+        norm(s, b->x, b->mean, b->rstd, b->h, m->final_norm, m->final_norm_bias, rows, d.C);
+        prefill_linear(s, logits_all, b->x, m->lm_head, NULL, P, d.C, d.V);
+        memcpy(s->logits, logits_all + (P - 1) * d.V, (size_t)d.V * sizeof(float));
+        if (extra) linear(s, s->logits + d.V, b->x + P * d.C, data_of(m->lm_head), NULL, 1, d.C, d.V);
+    } else { /* generation needs only the last prompt row (and the branch row right after it) */
+        norm(s, b->x, b->mean, b->rstd, b->h + (P - 1) * d.C, m->final_norm, m->final_norm_bias, 1 + extra, d.C);
+        linear(s, s->logits, b->x, data_of(m->lm_head), NULL, 1 + extra, d.C, d.V);
+    }
+    s->pos = P - 1;
+    if (s->run_branch && !extra) run_rows(s, tokens[P - 1], P - 1, 1, 1, 0); /* un-grouped: a separate branch pass */
+    update_alpha(s);
+    return DT_OK;
+}
+
+/* ---- step ---------------------------------------------------------------- */
+
+dt_status eval_decode_step(eval_decode_session *s, int32_t token) {
+    if (s->pos < 0) return dt_errorf("decode: step before prefill");
+    if (s->pos + 1 >= s->n_pos_max)
+        return dt_errorf("decode: context full (block_size %lld positions)", (long long)s->n_pos_max);
+    if (check_token(s, token) != DT_OK) return DT_ERR;
+    int64_t pos = s->pos + 1;
+    memset(&s->traffic, 0, sizeof s->traffic);
+    if (!s->run_branch)
+        run_rows(s, token, pos, 0, 1, 0);
+    else if (s->mode == EVAL_DECODE_GROUPED)
+        run_rows(s, token, pos, 0, 2, 0);
+    else /* un-grouped: the primary pass first (it writes K/V at pos), then the branch pass */
+        run_rows(s, token, pos, 0, 1, 1);
+    s->pos = pos;
+    update_alpha(s);
+    return DT_OK;
+}

@@ -1,0 +1,132 @@
+/* The KV-cache decode engine: prompt prefill and one-token decode steps on the
+ * kernels directly (no autograd tape), for baseline models and for
+ * Decode-Branch models in grouped and un-grouped form (SPEC §2 "Grouped
+ * decode").
+ *
+ * A session owns one K and one V cache per layer, [block_size, Hkv*hd], and
+ * every scratch buffer a prefill or a step needs; all of it is allocated once
+ * by eval_decode_init, so prefill and steps allocate nothing.
+ *
+ * Positions: eval_decode_prefill(tokens[0..P-1]) runs the PRIMARY path over
+ * the whole prompt with batched GEMMs and causal attention, writing K/V for
+ * positions 0..P-1, and leaves the logits of position P-1. The branch row
+ * starts at the last prompt position (SPEC §2): it runs once at P-1 with token
+ * x_{P-1}, reading the primary's q1, z1, m1 (and router logits) at P-1. In
+ * grouped mode it is one extra row of the prompt's batched products (so the
+ * prefill streams each shared matrix once, like the baseline's); un-grouped, a
+ * separate pass after the prompt. Each eval_decode_step(x_t) then processes
+ * position t = pos + 1: the primary row writes K_l[t], V_l[t]; the branch row
+ * reads them; both produce next-token logits at t.
+ *
+ * Modes:
+ *   BASELINE   the primary row only (for a branch model: its primary path);
+ *   GROUPED    primary and branch rows stacked into one [2, C] input for every
+ *              matrix they share (Wq, Wo, FFN, router and experts, LM head),
+ *              one attention pass with both queries, MoE experts run once for
+ *              the union of the two rows' experts;
+ *   UNGROUPED  the same math with the two rows in separate passes. */
+#ifndef EVAL_DECODE_H
+#define EVAL_DECODE_H
+
+#include <stdint.h>
+
+#include "core/arena.h"
+#include "core/error.h"
+#include "eval/matvec.h"
+#include "eval/team.h"
+#include "models/model.h"
+
+typedef enum { EVAL_DECODE_BASELINE = 0, EVAL_DECODE_GROUPED = 1, EVAL_DECODE_UNGROUPED = 2 } eval_decode_mode;
+
+/* Which product serves the M <= 2 decode rows: eval_matvec (eval/matvec.h,
+ * the default, measured faster) or k_linear_forward (BLIS). */
+typedef enum { EVAL_MATVEC_OWN = 0, EVAL_MATVEC_BLIS = 1 } eval_matvec_path;
+
+/* Memory touched by the last prefill or step, counted from the shapes of what
+ * ran: a matrix used by one stacked [2, C] product counts once, the same
+ * matrix used by two separate rows counts twice. */
+typedef struct eval_decode_traffic {
+    double weight_bytes;   /* matrices, biases, norm weights, embedding rows read */
+    double kv_read_bytes;  /* K and V cache rows read by attention passes */
+    double kv_write_bytes; /* K and V rows written (the primary row only) */
+    int64_t matrix_loads;  /* weight matrices streamed (linear-layer calls) */
+    int64_t expert_loads;  /* MoE experts run (per layer: the union of the rows' experts when grouped) */
+} eval_decode_traffic;
+
+/* Scratch of a decode step: row 0 is the primary row, row 1 the branch row. */
+typedef struct eval_decode_rows {
+    float *h, *x, *o, *m, *expert_out; /* [2, C] */
+    float *q, *y;                      /* [2, H*hd] */
+    float *hidden_a, *hidden_b, *z;    /* [2, F] */
+    float *mean, *rstd;                /* [2] */
+    float *router_logits;              /* [2, E] */
+    float *attn_scratch;               /* [2, H, block_size] attention scores */
+    int32_t *route_index;              /* [L, 2, 64] each row's experts per layer (this step) */
+    float *route_gates;                /* [L, 2, 64] their gates */
+} eval_decode_rows;
+
+/* Scratch of a prefill of up to max_prompt positions: P rows of the prompt
+ * plus one row for the branch at position P-1 (grouped mode), shapes [P+1, .]. */
+typedef struct eval_decode_prefill_buffers {
+    float *h, *x, *o, *m, *expert_in, *expert_out; /* [P+1, C] */
+    float *q, *y;                                  /* [P+1, H*hd] */
+    float *hidden_a, *hidden_b, *z;                /* [P+1, F] */
+    float *mean, *rstd;                            /* [P+1] */
+    float *lse;                                    /* [H, P] */
+    float *router_logits;                          /* [P+1, E] */
+    int32_t *topk_index;                           /* [P, top_k] the prompt rows' experts */
+    float *topk_logits, *topk_gates;               /* [P, top_k] */
+    int32_t *expert_rows;                          /* [P+1] rows routed to one expert */
+    float *expert_gates;                           /* [P+1] their gates */
+} eval_decode_prefill_buffers;
+
+typedef struct eval_decode_session {
+    const model *model;
+    eval_decode_mode mode;
+    eval_matvec_path matvec; /* may be changed between steps */
+    int run_branch;          /* the model has a decode branch and mode != BASELINE */
+    int64_t n_pos_max;       /* cache length: the model's block_size */
+    int64_t max_prompt;      /* longest prompt eval_decode_prefill accepts */
+    int64_t pos;             /* position whose logits are held; -1 before the first prefill */
+    dt_arena arena;          /* owns every buffer below */
+    float *k_cache, *v_cache; /* [L, n_pos_max, Hkv*hd] */
+    /* The primary's intermediates at position `pos`, per layer, read by the branch row. */
+    float *q1;            /* [L, H*hd] query before RoPE */
+    float *z1;            /* [L, F] MLP hidden activation (dense layers) */
+    float *m1;            /* [L, C] FFN output */
+    float *router1;       /* [L, E] router logits (moe) */
+    eval_decode_rows rows;
+    eval_decode_prefill_buffers prefill;
+    float *logits;        /* [2, V]: row 0 primary, row 1 branch (valid when run_branch), at `pos` */
+    float alpha;          /* mixture weight at `pos` (1 without a branch) */
+    eval_decode_traffic traffic; /* of the last prefill or step */
+    eval_team team;       /* stage counters of the step team (eval/team.h) */
+} eval_decode_session;
+
+/* Allocates the caches and all scratch for this model (max_prompt 0: block_size). */
+dt_status eval_decode_init(eval_decode_session *s, const model *m, eval_decode_mode mode, int64_t max_prompt);
+void eval_decode_free(eval_decode_session *s);
+
+/* Starts a sequence: tokens [n_prompt] at positions 0..n_prompt-1 (forgets any
+ * earlier one). logits_all [n_prompt, V] receives the primary logits of every
+ * prompt position when non-NULL (teacher-forced; costs the LM head on all rows). */
+dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int64_t n_prompt, float *logits_all);
+/* Feeds the next token at position pos + 1; an error when the cache is full. */
+dt_status eval_decode_step(eval_decode_session *s, int32_t token);
+
+static inline const float *eval_decode_logits_primary(const eval_decode_session *s) { return s->logits; }
+/* NULL when the branch does not run. */
+static inline const float *eval_decode_logits_branch(const eval_decode_session *s) {
+    return s->run_branch ? s->logits + s->model->config.vocab_size : (const float *)0;
+}
+
+/* probs [V] = the model's next-token distribution at `pos`: the mixture
+ * alpha p + (1 - alpha) q for a branch model (p when the branch does not run). */
+void eval_decode_mixture(const eval_decode_session *s, float *probs);
+
+/* alpha = clip(sum_v softmax(logits)[v]^2, alpha_min, alpha_max) for logits [V] (SPEC §2). */
+float eval_mixture_alpha(const float *logits, int64_t V, double alpha_min, double alpha_max);
+
+const char *eval_decode_mode_name(eval_decode_mode mode);
+
+#endif

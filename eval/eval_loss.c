@@ -1,0 +1,174 @@
+/* Validation loss, teacher-forced (model_forward without a tape) or through
+ * the decode engine; see eval_loss.h. Both paths hand their logits to the same
+ * scoring code (the mixture kernel), so any difference between the two figures
+ * is a difference in the logits. */
+#include "eval/eval_loss.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/tape.h"
+#include "data/loader.h"
+#include "kernels/mixture.h"
+#include "kernels/softmax.h"
+
+eval_loss_options eval_loss_default_options(void) {
+    return (eval_loss_options){.split = SPLIT_VAL,
+                               .n_windows = 0,
+                               .seq_len = 0,
+                               .prompt_len = 0,
+                               .method = EVAL_TEACHER_FORCED,
+                               .decode_mode = EVAL_DECODE_GROUPED};
+}
+
+/* Running sums over scored positions, plus per-position scratch [seq_len]. */
+typedef struct scorer {
+    const model_config *config;
+    int with_branch;
+    float *nll, *alpha, *ce_primary, *ce_branch; /* [seq_len] */
+    double sum_nll, sum_primary, sum_branch, sum_alpha;
+    int64_t n_tokens;
+} scorer;
+
+/* Scores M positions: logits_primary, logits_branch [M,V] (branch NULL when
+ * it does not run), targets [M]. */
+static void score(scorer *sc, const float *logits_primary, const float *logits_branch, const int32_t *targets,
+                  int64_t M) {
+    int64_t V = sc->config->vocab_size;
+    if (sc->with_branch) {
+        k_mixture_forward(sc->nll, sc->alpha, sc->ce_primary, sc->ce_branch, logits_primary, logits_branch, targets, M,
+                          V, (float)sc->config->mix_alpha_min, (float)sc->config->mix_alpha_max);
+    } else {
+        k_cross_entropy_forward(sc->ce_primary, logits_primary, targets, M, V);
+        for (int64_t i = 0; i < M; i++) {
+            sc->nll[i] = sc->ce_primary[i];
+            sc->alpha[i] = 1.0f;
+            sc->ce_branch[i] = 0.0f;
+        }
+    }
+    for (int64_t i = 0; i < M; i++) {
+        sc->sum_nll += sc->nll[i];
+        sc->sum_primary += sc->ce_primary[i];
+        sc->sum_branch += sc->ce_branch[i];
+        sc->sum_alpha += sc->alpha[i];
+    }
+    sc->n_tokens += M;
+}
+
+static dt_status check_options(const model *m, const data_tokens *data, const eval_loss_options *o, int64_t seq_len) {
+    const model_config *c = &m->config;
+    if (c->vocab_size != data->vocab_size)
+        return dt_errorf("model vocab_size %lld != dataset vocab_size %lld (%s)", (long long)c->vocab_size,
+                         (long long)data->vocab_size, data->path);
+    if (seq_len < 1 || seq_len > c->block_size)
+        return dt_errorf("seq_len %lld outside 1..block_size %lld", (long long)seq_len, (long long)c->block_size);
+    if (o->prompt_len < 0 || o->prompt_len > seq_len)
+        return dt_errorf("prompt_len %lld outside 1..seq_len %lld", (long long)o->prompt_len, (long long)seq_len);
+    if (o->method == EVAL_DECODE && o->prompt_len < 1)
+        return dt_errorf("decode evaluation needs prompt_len >= 1 (got %lld)", (long long)o->prompt_len);
+    if (o->n_windows < 0) return dt_errorf("n_windows %lld is negative", (long long)o->n_windows);
+    if (o->split != SPLIT_TRAIN && o->split != SPLIT_VAL) return dt_errorf("unknown split %d", (int)o->split);
+    return DT_OK;
+}
+
+/* Teacher-forced logits of one window through model_forward on a no-grad context. */
+static dt_status window_teacher_forced(model *m, ag_ctx *ctx, const int32_t *inputs, const int32_t *targets,
+                                       int64_t T, int64_t first, scorer *sc) {
+    ag_reset(ctx);
+    dt_tensor *tokens = ag_tensor(ctx, DT_I32, DT_SHAPE(1, T));
+    if (!tokens) return DT_ERR;
+    memcpy(tokens->data, inputs, (size_t)T * sizeof(int32_t));
+    model_outputs out;
+    memset(&out, 0, sizeof out);
+    if (model_forward(m, ctx, tokens, NULL, &out) != DT_OK) return DT_ERR;
+    int64_t V = m->config.vocab_size;
+    const float *logits_branch = sc->with_branch ? dt_f32(out.logits_branch) + first * V : NULL;
+    if (sc->with_branch && !out.logits_branch) return dt_errorf("model_forward returned no branch logits");
+    score(sc, dt_f32(out.logits_primary) + first * V, logits_branch, targets + first, T - first);
+    return DT_OK;
+}
+
+/* The same window through the decode engine: prefill P tokens, step the rest. */
+static dt_status window_decode(eval_decode_session *s, const int32_t *inputs, const int32_t *targets, int64_t T,
+                               int64_t P, scorer *sc) {
+    if (eval_decode_prefill(s, inputs, P, NULL) != DT_OK) return DT_ERR;
+    score(sc, eval_decode_logits_primary(s), eval_decode_logits_branch(s), targets + P - 1, 1);
+    for (int64_t t = P; t < T; t++) {
+        if (eval_decode_step(s, inputs[t]) != DT_OK) return DT_ERR;
+        score(sc, eval_decode_logits_primary(s), eval_decode_logits_branch(s), targets + t, 1);
+    }
+    return DT_OK;
+}
+
+dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o, eval_loss_result *result) {
+    memset(result, 0, sizeof *result);
+    int64_t T = o->seq_len ? o->seq_len : m->config.block_size;
+    if (check_options(m, data, o, T) != DT_OK) return DT_ERR;
+    int64_t available = data_split_windows(data, o->split, T);
+    if (available < 1)
+        return dt_errorf("%s: the %s split holds fewer than %lld tokens (one window of seq_len + 1)", data->path,
+                         o->split == SPLIT_VAL ? "val" : "train", (long long)(T + 1));
+    int64_t n_windows = o->n_windows == 0 || o->n_windows > available ? available : o->n_windows;
+    int64_t first = o->prompt_len > 0 ? o->prompt_len - 1 : 0; /* first scored position */
+
+    scorer sc = {.config = &m->config};
+    sc.with_branch = m->config.branch == BRANCH_DECODE &&
+                     (o->method == EVAL_TEACHER_FORCED || o->decode_mode != EVAL_DECODE_BASELINE);
+    int32_t *inputs = malloc((size_t)T * sizeof(int32_t)), *targets = malloc((size_t)T * sizeof(int32_t));
+    float *buffers = malloc((size_t)(4 * T) * sizeof(float));
+    ag_ctx ctx;
+    eval_decode_session session;
+    int have_ctx = 0, have_session = 0;
+    dt_status status = DT_OK;
+    if (!inputs || !targets || !buffers) {
+        status = dt_errorf("eval: out of memory for windows of %lld tokens", (long long)T);
+        goto done;
+    }
+    sc.nll = buffers;
+    sc.alpha = buffers + T;
+    sc.ce_primary = buffers + 2 * T;
+    sc.ce_branch = buffers + 3 * T;
+    if (o->method == EVAL_TEACHER_FORCED) {
+        if ((status = ag_ctx_init(&ctx, 0)) != DT_OK) goto done;
+        have_ctx = 1;
+        ag_set_grad_enabled(&ctx, 0);
+    } else {
+        if ((status = eval_decode_init(&session, m, o->decode_mode, o->prompt_len)) != DT_OK) goto done;
+        have_session = 1;
+    }
+
+    for (int64_t w = 0; w < n_windows; w++) {
+        if ((status = data_split_window(data, o->split, w, T, inputs, targets)) != DT_OK) goto done;
+        if (o->method == EVAL_TEACHER_FORCED)
+            status = window_teacher_forced(m, &ctx, inputs, targets, T, first, &sc);
+        else
+            status = window_decode(&session, inputs, targets, T, o->prompt_len, &sc);
+        if (status != DT_OK) {
+            dt_error_context("window %lld", (long long)w);
+            goto done;
+        }
+        uint8_t *text = NULL;
+        size_t n_bytes = 0;
+        if ((status = data_tokenizer_decode(&data->tokenizer, targets + first, T - first, &text, &n_bytes)) != DT_OK)
+            goto done;
+        free(text);
+        result->n_bytes += (int64_t)n_bytes;
+    }
+    result->n_windows = n_windows;
+    result->n_tokens = sc.n_tokens;
+    result->has_branch = sc.with_branch;
+    result->loss = sc.sum_nll / (double)sc.n_tokens;
+    result->loss_primary = sc.sum_primary / (double)sc.n_tokens;
+    result->loss_branch = sc.sum_branch / (double)sc.n_tokens;
+    result->alpha_mean = sc.sum_alpha / (double)sc.n_tokens;
+    result->bits_per_byte =
+        result->n_bytes > 0 ? sc.sum_nll / log(2.0) / (double)result->n_bytes : 0.0; /* = loss/ln2 * tokens/bytes */
+done:
+    if (have_ctx) ag_ctx_free(&ctx);
+    if (have_session) eval_decode_free(&session);
+    free(inputs);
+    free(targets);
+    free(buffers);
+    return status;
+}

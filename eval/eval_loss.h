@@ -1,0 +1,57 @@
+/* Validation loss of a model on a token dataset (`dbranch eval`).
+ *
+ * Windows of seq_len + 1 tokens are read from a split (window i starts at
+ * i * seq_len, data/loader.h); each position t predicts target t. Two ways to
+ * get the logits, which must agree:
+ *   teacher-forced: model_forward in no-grad mode over the whole window;
+ *   decode: the decode engine prefills the first prompt_len tokens, then
+ *           steps through the rest, one token at a time (eval/decode.h).
+ * With prompt_len = P >= 1 both score only positions P-1 .. seq_len-1 (the
+ * positions where the decode engine produces a mixture: the branch starts at
+ * the last prompt position), so the two figures are comparable.
+ *
+ * Reported: the mixture NLL (`loss`; the primary's cross-entropy for models
+ * without a branch), `loss_primary`, `loss_branch`, the mean alpha, and bits
+ * per byte = loss / ln 2 * tokens / bytes, bytes counted by decoding the
+ * scored target tokens with the dataset's tokenizer. */
+#ifndef EVAL_EVAL_LOSS_H
+#define EVAL_EVAL_LOSS_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "data/tokens.h"
+#include "eval/decode.h"
+#include "models/model.h"
+
+typedef enum { EVAL_TEACHER_FORCED = 0, EVAL_DECODE = 1 } eval_loss_method;
+
+typedef struct eval_loss_options {
+    data_split split;            /* SPLIT_VAL by default */
+    int64_t n_windows;           /* 0: every window of the split; more than the split holds: all of them */
+    int64_t seq_len;             /* 0: the model's block_size */
+    int64_t prompt_len;          /* 0: score every position (teacher-forced only); P: positions P-1.. */
+    eval_loss_method method;     /* EVAL_DECODE needs prompt_len >= 1 */
+    eval_decode_mode decode_mode; /* engine mode for EVAL_DECODE (grouped by default) */
+} eval_loss_options;
+
+typedef struct eval_loss_result {
+    double loss;          /* mean mixture NLL (primary CE without a branch) */
+    double loss_primary;  /* mean CE of the primary logits */
+    double loss_branch;   /* mean CE of the branch logits (0 without a branch) */
+    double alpha_mean;    /* mean mixture weight (1 without a branch) */
+    double bits_per_byte; /* loss / ln 2 * n_tokens / n_bytes */
+    int64_t n_windows;    /* windows evaluated */
+    int64_t n_tokens;     /* positions scored */
+    int64_t n_bytes;      /* bytes of the scored target tokens */
+    int has_branch;
+} eval_loss_result;
+
+eval_loss_options eval_loss_default_options(void);
+
+/* Checks the options against the model and the dataset (vocab sizes equal,
+ * seq_len <= block_size, 1 <= prompt_len <= seq_len, the split holds a window),
+ * then evaluates. */
+dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *options, eval_loss_result *result);
+
+#endif

@@ -1,0 +1,41 @@
+/* Decode-only multi-row matrix-vector product (M = 1 or 2 rows).
+ *
+ * Why this exists beside k_linear_forward: a decode step multiplies one or two
+ * rows by every weight matrix, so it is bound by how fast the weights stream
+ * from memory, not by FLOPs. A GEMM library tuned for large M packs the weight
+ * panel before use, which costs extra memory traffic at M <= 2. This kernel
+ * reads each row W[n,:] once and dots it with every input row while it is in
+ * L1, with OpenMP over blocks of rows of W. `dbranch bench decode` measures
+ * both paths (see eval_decode_session.matvec); the project rule that GEMMs go
+ * through BLIS still holds for every M > 2 product (prefill, training). */
+#ifndef EVAL_MATVEC_H
+#define EVAL_MATVEC_H
+
+#include <stdint.h>
+
+/* out[M,N] = in[M,K] · weight[N,K]^T + bias[N]  (bias may be NULL).
+ * Any M works; the weight is streamed once per pair of input rows. */
+void eval_matvec(float *out, const float *in, const float *weight, const float *bias, int64_t M, int64_t K,
+                 int64_t N);
+
+/* One product of a batch: out [M,N] = in [M,K] · weight [N,K]^T + bias [N], M = 1 or 2. */
+typedef struct eval_matvec_job {
+    float *out;
+    const float *in;
+    const float *weight;
+    const float *bias; /* NULL: none */
+    int64_t M, K, N;
+} eval_matvec_job;
+
+enum { EVAL_MATVEC_MAX_JOBS = 8 };
+
+/* Independent products (e.g. Wq, Wk, Wv of one layer) in ONE parallel region:
+ * the row blocks of all the weights are split between the threads together,
+ * so a decode stage pays one fork/join instead of one per matrix. */
+void eval_matvec_batch(const eval_matvec_job *jobs, int n_jobs);
+
+/* Rows n0 .. n0 + n_rows - 1 of one job's output, on the calling thread
+ * (the decode team, eval/team.h, hands out such ranges). */
+void eval_matvec_rows(const eval_matvec_job *job, int64_t n0, int64_t n_rows);
+
+#endif

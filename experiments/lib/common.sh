@@ -1,0 +1,125 @@
+# Shared helpers of experiments/run.sh (sourced, not run): locating the
+# dbranch binary and the token files, training one run of a study into
+# OUT/<study>/<row>/seed<S>/ and reading numbers back out of its JSON-lines
+# log. Kept apart from run.sh so the study definitions there read as tables.
+#
+# Expects from the caller: ROOT (repo root), OUT (results root), DATA_DIR,
+# THREADS, QUICK (0|1), SEEDS, TOKENS_OVERRIDE (empty or a token budget).
+# shellcheck shell=bash
+
+# The binary: $DBRANCH_BINARY (set by ctest), else build $BUILD_DIR once.
+exp_find_binary() {
+    if [ -n "${DBRANCH_BINARY:-}" ]; then
+        DBRANCH="$DBRANCH_BINARY"
+    else
+        local build_dir="${BUILD_DIR:-$ROOT/build}"
+        echo "== building dbranch in $build_dir" >&2
+        cmake -S "$ROOT" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+        cmake --build "$build_dir" --target dbranch -j2 >/dev/null
+        DBRANCH="$build_dir/dbranch"
+    fi
+    [ -x "$DBRANCH" ] || { echo "run.sh: dbranch binary $DBRANCH not found" >&2; exit 1; }
+}
+
+# Path of the byte-level token file of a corpus (kjv | pycode), prepared on
+# first use. Byte tokens keep every family at V = 256, so the studies compare
+# models, not tokenizers.
+exp_data() { # corpus
+    local path="$DATA_DIR/$1_byte.h5"
+    if [ ! -f "$path" ]; then
+        mkdir -p "$DATA_DIR"
+        echo "== prepare $path" >&2
+        "$DBRANCH" prepare --preset "$1" --tokenizer byte --out "$path" >/dev/null
+    fi
+    printf '%s\n' "$path"
+}
+
+# Settings that shrink any study config to toy scale (--quick): the same
+# code paths (every family, branch switch and MoE fan-out), a few steps each.
+# nanogpt's MLP width is fixed at 4*d_model, so d_ff is set for the others only.
+exp_quick_sets() { # config file
+    QUICK_SETS=(--set model.d_model=32 --set model.n_head=2 --set model.block_size=32 --set train.seq_len=32
+        --set train.batch_size=4 --set train.eval_every=4 --set train.eval_windows=2 --set train.warmup_steps=2)
+    if ! grep -q '^[[:space:]]*family[[:space:]]*=[[:space:]]*nanogpt' "$1"; then
+        QUICK_SETS+=(--set model.n_kv_head=1 --set model.d_ff=64)
+    fi
+}
+
+# Trains one (row, seed) of a study unless its log already holds the final
+# evaluation (so an interrupted study resumes where it stopped).
+#   exp_train STUDY ROW CONFIG CORPUS SEED [--set k=v ...]
+# The checkpoint is deleted afterwards unless KEEP_CHECKPOINT=1 (the caller
+# then deletes it): results are the logs.
+exp_train() {
+    local study=$1 row=$2 config=$3 corpus=$4 seed=$5
+    shift 5
+    local dir="$OUT/$study/$row/seed$seed"
+    [ "${TABLES_ONLY:-0}" = 1 ] && return 0
+    local data
+    data=$(exp_data "$corpus")
+    local args=(train --config "$ROOT/experiments/configs/$config" --set "data.path=$data" --set "train.seed=$seed"
+        --set train.checkpoint_every=0 --out "$dir" --threads "$THREADS")
+    if [ "$QUICK" = 1 ]; then
+        exp_quick_sets "$ROOT/experiments/configs/$config"
+        args+=("${QUICK_SETS[@]}")
+    fi
+    [ -n "$TOKENS_OVERRIDE" ] && args+=(--tokens "$TOKENS_OVERRIDE")
+    args+=("${EXTRA_SETS[@]}" "$@")
+    # A multiplier of the budget (the compute-matched "twice the tokens" row)
+    # is applied last, to whatever budget the config and overrides gave.
+    if [ -n "${TOKEN_FACTOR:-}" ]; then
+        local base
+        base=$(exp_budget "${args[@]}")
+        args+=(--tokens "$((base * TOKEN_FACTOR))")
+    fi
+    # Skipped only when finished with exactly this command (a changed budget
+    # or setting reruns it).
+    local command
+    command=$(printf '%q ' dbranch "${args[@]}")
+    if [ -f "$dir/done" ] && [ "$(cat "$dir/command.txt" 2>/dev/null)" = "$command" ]; then
+        echo "   $study/$row/seed$seed: done already" >&2
+        return 0
+    fi
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    printf '%s\n' "$command" >"$dir/command.txt"
+    echo "   $study/$row/seed$seed" >&2
+    local start=$SECONDS
+    if ! "$DBRANCH" "${args[@]}" >"$dir/train.txt" 2>&1; then
+        echo "run.sh: training $study/$row/seed$seed failed; see $dir/train.txt:" >&2
+        tail -n 3 "$dir/train.txt" >&2
+        return 1
+    fi
+    echo "$((SECONDS - start))" >"$dir/seconds"
+    [ "${KEEP_CHECKPOINT:-0}" = 1 ] || rm -f "$dir/checkpoint.h5"
+    touch "$dir/done"
+}
+
+# The token budget a list of train arguments resolves to: the last --tokens,
+# else the last train.tokens/tokens --set, else the config file's value.
+exp_budget() {
+    local budget="" config="" prev=""
+    for a in "$@"; do
+        case "$prev" in
+        --config) config=$a ;;
+        --tokens) budget=$a ;;
+        --set) case "$a" in train.tokens=* | tokens=*) budget=${a#*=} ;; esac ;;
+        esac
+        prev=$a
+    done
+    if [ -z "$budget" ]; then
+        budget=$(sed -n 's/^[[:space:]]*tokens[[:space:]]*=[[:space:]]*\([0-9eE.+]*\).*/\1/p' "$config" | tail -n 1)
+    fi
+    awk -v b="$budget" 'BEGIN { printf "%d\n", b + 0 }'
+}
+
+# A numeric field of the last {"type":"eval"} line of a log ("null" stays "null").
+exp_final() { # log key
+    grep '"type":"eval"' "$1" | tail -n 1 | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p"
+}
+
+# tokens and loss of every eval line of a log, one "tokens loss" pair per line
+# (the data file a gnuplot curve reads).
+exp_curve() { # log
+    grep '"type":"eval"' "$1" | sed -n 's/.*"tokens":\([0-9]*\),"loss":\([^,}]*\).*/\1 \2/p'
+}

@@ -1,0 +1,91 @@
+# Result tables of a study (sourced by experiments/run.sh): reads
+# OUT/<study>/rows.tsv (one line per row: name, reference row, config, corpus,
+# settings) and the final {"type":"eval"} line of every seed's log, and writes
+# OUT/<study>/table.md (the table RESULTS.md quotes) and table.tsv (the same
+# numbers, machine-readable; tests/test_cli_experiments.c checks it).
+#
+# Per row: the mean and the sample standard deviation over seeds of the
+# validation loss (for Decode-Branch rows the mixture NLL, the number they are
+# compared on), of the primary and the branch cross-entropies and of the mean
+# alpha; and the relative difference of the loss against the row's reference
+# row, computed per seed (same seed = same initial draw and data order) and
+# then averaged, so the spread is that of the paired differences.
+# shellcheck shell=bash
+
+exp_table() { # study
+    local study=$1 dir="$OUT/$1"
+    local final="$dir/final.tsv"
+    : >"$final"
+    # One line per (row, seed): row seed tokens loss primary branch alpha seconds
+    local name
+    while IFS=$'\t' read -r name _; do
+        for log in "$dir/$name"/seed*/log.jsonl; do
+            # Finished runs only: a stopped run's last eval is not its result.
+            if [ ! -f "$log" ] || [ ! -f "$(dirname "$log")/done" ]; then continue; fi
+            local seed_dir seed
+            seed_dir=$(dirname "$log")
+            seed=${seed_dir##*/seed}
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$seed" "$(exp_final "$log" tokens)" \
+                "$(exp_final "$log" loss)" "$(exp_final "$log" loss_primary)" "$(exp_final "$log" loss_branch)" \
+                "$(exp_final "$log" alpha)" "$(cat "$seed_dir/seconds" 2>/dev/null || echo null)" >>"$final"
+        done
+    done <"$dir/rows.tsv"
+
+    awk -F'\t' -v study="$study" -v md="$dir/table.md" -v tsv="$dir/table.tsv" -v extra_dir="$dir" '
+    function num(x) { return x != "" && x != "null" && x == x + 0 }
+    function mean(a, n,   i, s) { s = 0; for (i = 1; i <= n; i++) s += a[i]; return s / n }
+    function sd(a, n,   i, m, s) { if (n < 2) return -1; m = mean(a, n); s = 0
+        for (i = 1; i <= n; i++) s += (a[i] - m) ^ 2; return sqrt(s / (n - 1)) }
+    function pm(m, s, fmt) { return s < 0 ? sprintf(fmt, m) : sprintf(fmt " ± " fmt, m, s) }
+    FNR == NR { key = $1 SUBSEP $2; tokens[key] = $3; loss[key] = $4; primary[key] = $5; branch[key] = $6
+        alpha[key] = $7; secs[key] = $8; seeds[$1] = seeds[$1] " " $2; next }
+    { order[++n_rows] = $1; reference[$1] = $2 }
+    END {
+        print "| row | seeds | tokens | val loss | primary CE | branch CE | alpha | vs reference | rel. diff | s/run |" > md
+        print "|---|---|---|---|---|---|---|---|---|---|" > md
+        print "row\tseeds\ttokens\tloss_mean\tloss_sd\tprimary_mean\tbranch_mean\talpha_mean\treference\trel_diff_mean\trel_diff_sd" > tsv
+        for (r = 1; r <= n_rows; r++) {
+            row = order[r]; ref = reference[row]
+            n = split(substr(seeds[row], 2), seed_list, " ")
+            nl = np = nb = na = nd = nt = 0; tok = "–"
+            delete L; delete P; delete Q; delete A; delete D; delete S
+            for (i = 1; i <= n; i++) {
+                key = row SUBSEP seed_list[i]
+                tok = tokens[key]
+                if (num(loss[key])) L[++nl] = loss[key]
+                if (num(primary[key])) P[++np] = primary[key]
+                if (num(branch[key])) Q[++nb] = branch[key]
+                if (num(alpha[key])) A[++na] = alpha[key]
+                if (num(secs[key])) S[++nt] = secs[key]
+                rkey = ref SUBSEP seed_list[i]
+                if (ref != "" && ref != "-" && num(loss[key]) && num(loss[rkey]))
+                    D[++nd] = 100 * (loss[key] - loss[rkey]) / loss[rkey]
+            }
+            lm = (nl > 0) ? pm(mean(L, nl), sd(L, nl), "%.4f") : "–"
+            prim = np ? pm(mean(P, np), sd(P, np), "%.4f") : "–"
+            br = nb ? pm(mean(Q, nb), sd(Q, nb), "%.4f") : "–"
+            al = na ? sprintf("%.3f", mean(A, na)) : "–"
+            rd = nd ? sprintf("%+.2f%%", mean(D, nd)) (nd > 1 ? sprintf(" ± %.2f", sd(D, nd)) : "") : "–"
+            tm = nt ? sprintf("%.0f", mean(S, nt)) : "–"
+            printf "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", row, n, tok, lm, prim, br, al,
+                (ref == "" || ref == "-") ? "–" : ref, rd, tm > md
+            printf "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row, n, (tok == "–" ? "nan" : tok),
+                nl ? sprintf("%.6f", mean(L, nl)) : "nan", (nl > 1 ? sprintf("%.6f", sd(L, nl)) : "nan"),
+                np ? sprintf("%.6f", mean(P, np)) : "nan", nb ? sprintf("%.6f", mean(Q, nb)) : "nan",
+                na ? sprintf("%.4f", mean(A, na)) : "nan", (ref == "" ? "-" : ref),
+                nd ? sprintf("%.4f", mean(D, nd)) : "nan", (nd > 1 ? sprintf("%.4f", sd(D, nd)) : "nan") > tsv
+        }
+    }' "$final" "$dir/rows.tsv"
+}
+
+# The mean validation-loss curve of a row over its seeds: "tokens loss" lines
+# in OUT/<study>/<row>/curve.dat (seeds share the schedule, so the eval points
+# fall on the same token counts).
+exp_row_curve() { # study row
+    local dir="$OUT/$1/$2"
+    [ -d "$dir" ] || return 0
+    for log in "$dir"/seed*/log.jsonl; do
+        if [ -f "$log" ] && [ -f "$(dirname "$log")/done" ]; then exp_curve "$log"; fi
+    done | awk '{ s[$1] += $2; n[$1]++ } END { for (t in s) printf "%d %.6f\n", t, s[t] / n[t] }' |
+        sort -n >"$dir/curve.dat"
+}

@@ -1,0 +1,223 @@
+/* experiments/run.sh all --quick, end to end, so the study scripts cannot rot:
+ * every study runs at toy scale into a temporary directory, and the tables
+ * it writes are checked row by row (all rows present, finite losses, the
+ * Decode-Branch columns filled for branch rows, the token budgets, the MoE
+ * decode-cost table). The table arithmetic (mean over seeds, paired relative
+ * difference) is recomputed here from the raw JSON-lines logs. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char work_dir[64];
+
+static void setup(void) {
+    snprintf(work_dir, sizeof work_dir, "/tmp/dbranch_cli_experiments_XXXXXX");
+    cr_assert(mkdtemp(work_dir) != NULL);
+}
+
+static void teardown(void) {
+    char command[160];
+    snprintf(command, sizeof command, "rm -rf '%s'", work_dir);
+    if (work_dir[0] && system(command) != 0) fprintf(stderr, "could not remove %s\n", work_dir);
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && st.st_size > 0;
+}
+
+/* Splits a tab-separated line in place; returns the number of fields. */
+static int split_tabs(char *line, char **fields, int max_fields) {
+    int n = 0;
+    line[strcspn(line, "\n")] = '\0';
+    for (char *p = line; n < max_fields;) {
+        fields[n++] = p;
+        char *tab = strchr(p, '\t');
+        if (!tab) break;
+        *tab = '\0';
+        p = tab + 1;
+    }
+    return n;
+}
+
+static int is_finite_number(const char *text, double *value) {
+    char *end;
+    *value = strtod(text, &end);
+    return end != text && *end == '\0' && isfinite(*value);
+}
+
+/* One row of OUT/<study>/table.tsv (columns: row seeds tokens loss_mean
+ * loss_sd primary_mean branch_mean alpha_mean reference rel_diff_mean
+ * rel_diff_sd). */
+typedef struct {
+    char name[64], reference[64];
+    int seeds;
+    long tokens;
+    double loss, loss_sd, primary, branch, alpha, rel_diff;
+    int has_branch, has_rel_diff;
+} table_row;
+
+static int read_table(const char *study, table_row *rows, int max_rows) {
+    char path[256], line[1024];
+    snprintf(path, sizeof path, "%s/out/%s/table.tsv", work_dir, study);
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL, "%s is missing", path);
+    cr_assert(fgets(line, sizeof line, f) != NULL, "%s is empty", path);
+    cr_assert(strncmp(line, "row\tseeds\ttokens\tloss_mean", 26) == 0, "%s: unexpected header %s", path, line);
+    int n = 0;
+    while (n < max_rows && fgets(line, sizeof line, f)) {
+        char *fields[12];
+        cr_assert_eq(split_tabs(line, fields, 12), 11, "%s: row %d does not have 11 columns", path, n + 1);
+        table_row *r = &rows[n++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->name, sizeof r->name, "%.63s", fields[0]);
+        snprintf(r->reference, sizeof r->reference, "%.63s", fields[8]);
+        r->seeds = atoi(fields[1]);
+        r->tokens = atol(fields[2]);
+        cr_assert(is_finite_number(fields[3], &r->loss), "%s %s: loss '%s' is not finite", study, r->name, fields[3]);
+        cr_assert(is_finite_number(fields[4], &r->loss_sd), "%s %s: loss sd '%s'", study, r->name, fields[4]);
+        cr_assert(is_finite_number(fields[5], &r->primary), "%s %s: primary CE '%s'", study, r->name, fields[5]);
+        r->has_branch = is_finite_number(fields[6], &r->branch);
+        if (r->has_branch) cr_assert(is_finite_number(fields[7], &r->alpha), "%s %s: alpha", study, r->name);
+        r->has_rel_diff = is_finite_number(fields[9], &r->rel_diff);
+    }
+    fclose(f);
+    return n;
+}
+
+static const table_row *find_row(const table_row *rows, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rows[i].name, name)) return &rows[i];
+    cr_assert_fail("row %s missing from the table", name);
+    return NULL;
+}
+
+/* The "loss" of the last {"type":"eval"} line of a run's log, read directly. */
+static double final_log_loss(const char *study, const char *row, int seed) {
+    char path[256], line[4096];
+    snprintf(path, sizeof path, "%s/out/%s/%s/seed%d/log.jsonl", work_dir, study, row, seed);
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL, "%s is missing", path);
+    double loss = NAN;
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"type\":\"eval\"")) continue;
+        const char *p = strstr(line, "\"loss\":");
+        cr_assert(p != NULL, "%s: eval line without loss", path);
+        loss = strtod(p + 7, NULL);
+    }
+    fclose(f);
+    cr_assert(isfinite(loss), "%s: no finite final eval loss", path);
+    return loss;
+}
+
+/* A loss a few steps into training on bytes: below ln 256 + margin and well above 0. */
+static void check_loss_range(const char *study, const table_row *r) {
+    cr_assert(r->loss > 1.0 && r->loss < log(256.0) + 0.5, "%s %s: loss %g out of range", study, r->name, r->loss);
+    cr_assert_eq(r->seeds, 2, "%s %s: %d seeds, expected 2", study, r->name, r->seeds);
+}
+
+Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = setup, .fini = teardown, .timeout = 600) {
+    const char *source = getenv("DBRANCH_SOURCE_DIR");
+    const char *binary = getenv("DBRANCH_BINARY");
+    cr_assert(source != NULL && binary != NULL, "DBRANCH_SOURCE_DIR / DBRANCH_BINARY not set (run through ctest)");
+    char command[1024];
+    snprintf(command, sizeof command,
+             "'%s/experiments/run.sh' all --quick --threads 1 --out '%s/out' --data-dir '%s/data' "
+             ">'%s/run.txt' 2>&1",
+             source, work_dir, work_dir, work_dir);
+    int status = system(command);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        char tail[512];
+        snprintf(tail, sizeof tail, "tail -n 20 '%s/run.txt' >&2", work_dir);
+        if (system(tail) != 0) fprintf(stderr, "(no output)\n");
+        cr_assert_fail("experiments/run.sh all --quick failed (status %d)", status);
+    }
+
+    static const struct {
+        const char *study;
+        int n_rows;
+    } studies[] = {{"matched", 12}, {"control", 4}, {"ablations", 8}, {"moe", 15}};
+    table_row rows[32];
+    for (size_t s = 0; s < sizeof studies / sizeof studies[0]; s++) {
+        const char *study = studies[s].study;
+        int n = read_table(study, rows, 32);
+        cr_assert_eq(n, studies[s].n_rows, "%s: %d rows, expected %d", study, n, studies[s].n_rows);
+        for (int i = 0; i < n; i++) {
+            const table_row *r = &rows[i];
+            check_loss_range(study, r);
+            int is_baseline = strstr(r->name, "base") != NULL;
+            if (!is_baseline) {
+                cr_assert(r->has_branch, "%s %s: a Decode-Branch row without branch CE", study, r->name);
+                cr_assert(r->alpha >= 0.0 && r->alpha <= 1.0, "%s %s: alpha %g", study, r->name, r->alpha);
+            } else {
+                cr_assert(!r->has_branch, "%s %s: a baseline row with a branch CE", study, r->name);
+                /* A baseline's loss is its primary cross-entropy. */
+                cr_assert_float_eq(r->loss, r->primary, 1e-6, "%s %s", study, r->name);
+            }
+            if (strcmp(r->reference, "-") != 0)
+                cr_assert(r->has_rel_diff, "%s %s: no relative difference vs %s", study, r->name, r->reference);
+        }
+        char path[256];
+        snprintf(path, sizeof path, "%s/out/%s/table.md", work_dir, study);
+        cr_assert(file_exists(path), "%s is missing", path);
+    }
+
+    /* Budgets: the quick default 1536 tokens, doubled for the control row. */
+    int n_control = read_table("control", rows, 32);
+    cr_assert_eq(find_row(rows, n_control, "base")->tokens, 1536);
+    cr_assert_eq(find_row(rows, n_control, "base-2x-tokens")->tokens, 3072);
+
+    /* Table arithmetic against the raw logs: mean over the two seeds, and the
+     * seed-paired relative difference against the reference row. */
+    int n = read_table("matched", rows, 32);
+    const table_row *twin = find_row(rows, n, "kjv-nanogpt-branch");
+    double twin_loss[2], base_loss[2];
+    for (int seed = 1; seed <= 2; seed++) {
+        twin_loss[seed - 1] = final_log_loss("matched", "kjv-nanogpt-branch", seed);
+        base_loss[seed - 1] = final_log_loss("matched", "kjv-nanogpt-base", seed);
+    }
+    double mean = 0.5 * (twin_loss[0] + twin_loss[1]);
+    double sd = fabs(twin_loss[0] - twin_loss[1]) / sqrt(2.0);
+    double rel = 50.0 * ((twin_loss[0] - base_loss[0]) / base_loss[0] + (twin_loss[1] - base_loss[1]) / base_loss[1]);
+    cr_assert_float_eq(twin->loss, mean, 1e-5, "mean %g vs %g from the logs", twin->loss, mean);
+    cr_assert_float_eq(twin->loss_sd, sd, 1e-5, "sd %g vs %g from the logs", twin->loss_sd, sd);
+    cr_assert_float_eq(twin->rel_diff, rel, 1e-3, "relative difference %g%% vs %g%% from the logs", twin->rel_diff,
+                       rel);
+
+    /* MoE decode cost: every row has its experts and weight bytes per step
+     * (dbranch info) and a measured decode time (bench decode). */
+    char path[256], line[1024];
+    snprintf(path, sizeof path, "%s/out/moe/cost.tsv", work_dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL, "%s is missing", path);
+    cr_assert(fgets(line, sizeof line, f) != NULL);
+    int n_cost = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *fields[8];
+        cr_assert_eq(split_tabs(line, fields, 8), 7, "%s: row %d does not have 7 columns", path, n_cost + 1);
+        double loss, experts, bytes, ms;
+        cr_assert(is_finite_number(fields[1], &loss), "%s %s: loss", path, fields[0]);
+        cr_assert(is_finite_number(fields[2], &experts) && experts >= 1, "%s %s: experts '%s'", path, fields[0],
+                  fields[2]);
+        cr_assert(is_finite_number(fields[3], &bytes) && bytes > 0, "%s %s: weight bytes", path, fields[0]);
+        cr_assert(is_finite_number(fields[4], &ms) && ms > 0, "%s %s: decode ms '%s'", path, fields[0], fields[4]);
+        n_cost++;
+    }
+    fclose(f);
+    cr_assert_eq(n_cost, 15);
+
+    /* Plots, when gnuplot is installed (the tables do not need it). */
+    if (system("command -v gnuplot >/dev/null 2>&1") == 0) {
+        static const char *plots[] = {"matched/loss_kjv-nanogpt.png", "matched/loss_pycode-moe.png",
+                                      "control/loss_all.png", "ablations/loss_all.png", "moe/moe_tradeoff.png"};
+        for (size_t i = 0; i < sizeof plots / sizeof plots[0]; i++) {
+            snprintf(path, sizeof path, "%s/out/%s", work_dir, plots[i]);
+            cr_assert(file_exists(path), "%s is missing", path);
+        }
+    }
+}

@@ -1,0 +1,352 @@
+/* The decode engine (eval/decode.h) against teacher-forced model_forward and
+ * against the reference files: baseline, grouped and un-grouped decode must
+ * reproduce the primary logits, the branch logits, alpha and the mixture at
+ * every position, for every family and ablation; grouped and un-grouped must
+ * agree with each other; the traffic counters must show that grouping loads
+ * shared matrices (and replayed experts) once. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/h5.h"
+#include "eval/decode.h"
+#include "kernels/gemm.h"
+#include "models/model_io.h"
+#include "test_eval_util.h"
+
+static const eval_decode_mode all_modes[3] = {EVAL_DECODE_BASELINE, EVAL_DECODE_GROUPED, EVAL_DECODE_UNGROUPED};
+
+/* What one decode run produced at positions first..T-1 (rows before `first` unused). */
+typedef struct run_output {
+    float *primary, *branch; /* [T,V] */
+    float *alpha;            /* [T] */
+    float *mixture;          /* [T,V] */
+} run_output;
+
+/* Prefills tokens[0..P-1], steps through the rest; checks the prefill's
+ * teacher-forced logits and records every position's outputs. */
+/* Which product path the engine uses in run_engine (the BLIS path runs the
+ * step on the caller, the default one as a team: both must agree with
+ * model_forward). */
+static eval_matvec_path engine_matvec = EVAL_MATVEC_OWN;
+
+static void run_engine(const model *m, eval_decode_mode mode, const int32_t *tokens, int64_t T, int64_t P,
+                       const float *expected_primary, double tol_primary, run_output *out) {
+    int64_t V = m->config.vocab_size;
+    eval_decode_session s;
+    cr_assert(eval_decode_init(&s, m, mode, 0) == DT_OK, "%s", dt_error_message());
+    s.matvec = engine_matvec;
+    float *logits_all = malloc((size_t)(P * V) * sizeof(float));
+    cr_assert(eval_decode_prefill(&s, tokens, P, logits_all) == DT_OK, "%s", dt_error_message());
+    double err = eval_test_max_diff(logits_all, expected_primary, P * V);
+    cr_expect(err <= tol_primary, "%s P=%lld: prefill logits differ by %g (tol %g)", eval_decode_mode_name(mode),
+              (long long)P, err, tol_primary);
+    long mallocs = dt_arena_mallocs(&s.arena);
+    for (int64_t t = P - 1; t < T; t++) {
+        if (t > P - 1) cr_assert(eval_decode_step(&s, tokens[t]) == DT_OK, "%s", dt_error_message());
+        cr_assert_eq(s.pos, t);
+        memcpy(out->primary + t * V, eval_decode_logits_primary(&s), (size_t)V * sizeof(float));
+        const float *branch = eval_decode_logits_branch(&s);
+        if (branch) memcpy(out->branch + t * V, branch, (size_t)V * sizeof(float));
+        out->alpha[t] = s.alpha;
+        eval_decode_mixture(&s, out->mixture + t * V);
+    }
+    cr_expect_eq(dt_arena_mallocs(&s.arena), mallocs, "decode steps allocated");
+    cr_expect_eq(atomic_load(&s.team.overflow), 0, "the step team ran out of stages");
+    cr_expect_eq(mallocs, 1, "a session is one allocation");
+    free(logits_all);
+    eval_decode_free(&s);
+}
+
+/* All three modes at several prompt lengths against model_forward. */
+static void check_against_teacher_forced(const char *spec, uint64_t seed) {
+    model m;
+    eval_test_model(&m, spec, seed);
+    int64_t T = m.config.block_size, V = m.config.vocab_size;
+    int has_branch = m.config.branch == BRANCH_DECODE;
+    int32_t *tokens = malloc((size_t)T * sizeof(int32_t));
+    eval_test_tokens(tokens, T, V, seed + 100);
+    eval_test_tf tf;
+    eval_test_teacher_forced(&m, tokens, T, &tf);
+    double tol_p = 1e-4 * eval_test_max_abs(tf.logits_primary, T * V);
+    double tol_q = has_branch ? 1e-4 * eval_test_max_abs(tf.logits_branch, T * V) : 0.0;
+
+    run_output runs[3];
+    for (int i = 0; i < 3; i++) {
+        runs[i].primary = calloc((size_t)(T * V), sizeof(float));
+        runs[i].branch = calloc((size_t)(T * V), sizeof(float));
+        runs[i].alpha = calloc((size_t)T, sizeof(float));
+        runs[i].mixture = calloc((size_t)(T * V), sizeof(float));
+    }
+    const int64_t prompts[3] = {1, T / 3 + 1, T};
+    for (int pi = 0; pi < 3; pi++) {
+        int64_t P = prompts[pi];
+        for (int i = 0; i < 3; i++) {
+            eval_decode_mode mode = all_modes[i];
+            run_engine(&m, mode, tokens, T, P, tf.logits_primary, tol_p, &runs[i]);
+            int branch_runs = has_branch && mode != EVAL_DECODE_BASELINE;
+            for (int64_t t = P - 1; t < T; t++) {
+                double err = eval_test_max_diff(runs[i].primary + t * V, tf.logits_primary + t * V, V);
+                cr_expect(err <= tol_p, "%s: %s P=%lld t=%lld primary logits off by %g (tol %g)", spec,
+                          eval_decode_mode_name(mode), (long long)P, (long long)t, err, tol_p);
+                if (branch_runs) {
+                    err = eval_test_max_diff(runs[i].branch + t * V, tf.logits_branch + t * V, V);
+                    cr_expect(err <= tol_q, "%s: %s P=%lld t=%lld branch logits off by %g (tol %g)", spec,
+                              eval_decode_mode_name(mode), (long long)P, (long long)t, err, tol_q);
+                    cr_expect(fabs(runs[i].alpha[t] - tf.alpha[t]) <= 1e-4, "%s: alpha %g vs %g at t=%lld", spec,
+                              runs[i].alpha[t], tf.alpha[t], (long long)t);
+                    double mix_err = 0.0;
+                    for (int64_t v = 0; v < V; v++)
+                        mix_err = fmax(mix_err, fabs(runs[i].mixture[t * V + v] - tf.mixture[t * V + v]));
+                    cr_expect(mix_err <= 1e-5, "%s: %s mixture off by %g at t=%lld", spec, eval_decode_mode_name(mode),
+                              mix_err, (long long)t);
+                } else {
+                    cr_expect_eq(runs[i].alpha[t], 1.0f);
+                }
+            }
+        }
+        if (has_branch) { /* grouped == un-grouped: the same arithmetic, grouped differently */
+            for (int64_t t = P - 1; t < T; t++) {
+                double err_q = eval_test_max_diff(runs[1].branch + t * V, runs[2].branch + t * V, V);
+                double err_p = eval_test_max_diff(runs[1].primary + t * V, runs[2].primary + t * V, V);
+                cr_expect(err_q <= 1e-5 * tol_q / 1e-4 && err_p <= 1e-5 * tol_p / 1e-4,
+                          "%s: grouped vs ungrouped differ by %g (branch) %g (primary) at t=%lld", spec, err_q, err_p,
+                          (long long)t);
+            }
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        free(runs[i].primary);
+        free(runs[i].branch);
+        free(runs[i].alpha);
+        free(runs[i].mixture);
+    }
+    eval_test_tf_free(&tf);
+    free(tokens);
+    model_free(&m);
+}
+
+#define NANOGPT "family=nanogpt vocab_size=40 block_size=12 n_layer=2 n_head=2 d_model=16 "
+#define LLAMA "family=llama vocab_size=48 block_size=13 n_layer=2 n_head=4 n_kv_head=2 d_model=32 d_ff=40 "
+#define MOE "family=moe vocab_size=40 block_size=12 n_layer=2 n_head=4 n_kv_head=2 d_model=16 d_ff=24 n_expert=4 "
+#define ALPHA_FREE "mix_alpha_min=0.02 mix_alpha_max=0.98 "
+
+Test(decode_tf, nanogpt_baseline) { check_against_teacher_forced(NANOGPT "branch=none", 1); }
+Test(decode_tf, nanogpt_branch) { check_against_teacher_forced(NANOGPT "branch=decode " ALPHA_FREE, 2); }
+Test(decode_tf, nanogpt_branch_untied) {
+    check_against_teacher_forced(NANOGPT "branch=decode tie_embeddings=0 branch_emb=shared", 3);
+}
+Test(decode_tf, llama_gqa_baseline) { check_against_teacher_forced(LLAMA "branch=none", 4); }
+Test(decode_tf, llama_gqa_branch) { check_against_teacher_forced(LLAMA "branch=decode " ALPHA_FREE, 5); }
+Test(decode_tf, llama_couple_off) { check_against_teacher_forced(LLAMA "branch=decode couple=off " ALPHA_FREE, 6); }
+Test(decode_tf, llama_share_off) { check_against_teacher_forced(LLAMA "branch=decode share=off " ALPHA_FREE, 7); }
+Test(decode_tf, llama_alpha_fixed) {
+    check_against_teacher_forced(LLAMA "branch=decode mix_alpha_min=0.3 mix_alpha_max=0.3", 8);
+}
+Test(decode_tf, moe_baseline) { check_against_teacher_forced(MOE "branch=none top_k=2", 9); }
+Test(decode_tf, moe_replay) { check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=2 " ALPHA_FREE, 10); }
+Test(decode_tf, moe_replay_subset) {
+    check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE, 11);
+}
+Test(decode_tf, moe_replay_superset) {
+    check_against_teacher_forced(MOE "branch=decode top_k=1 top_k_branch=3 " ALPHA_FREE, 12);
+}
+Test(decode_tf, moe_own) {
+    check_against_teacher_forced(MOE "branch=decode branch_routing=own top_k=2 top_k_branch=1 " ALPHA_FREE, 13);
+}
+Test(decode_tf, moe_share_off_replay) {
+    check_against_teacher_forced(MOE "branch=decode share=off top_k=2 top_k_branch=3 " ALPHA_FREE, 14);
+}
+Test(decode_tf, moe_share_off_own) {
+    check_against_teacher_forced(MOE "branch=decode share=off branch_routing=own top_k=2 " ALPHA_FREE, 15);
+}
+
+/* The same checks on the BLIS path, and with one thread on the team path. */
+Test(decode_tf, blis_path) {
+    engine_matvec = EVAL_MATVEC_BLIS;
+    check_against_teacher_forced(LLAMA "branch=decode share=off " ALPHA_FREE, 16);
+    check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=3 " ALPHA_FREE, 17);
+    engine_matvec = EVAL_MATVEC_OWN;
+}
+Test(decode_tf, one_thread) {
+    int threads = k_get_threads();
+    k_set_threads(1);
+    check_against_teacher_forced(NANOGPT "branch=decode " ALPHA_FREE, 18);
+    check_against_teacher_forced(MOE "branch=decode branch_routing=own top_k=2 " ALPHA_FREE, 19);
+    k_set_threads(threads);
+}
+/* Three threads on two cores: more team members than items in some stages. */
+Test(decode_tf, three_threads) {
+    int threads = k_get_threads();
+    k_set_threads(3);
+    check_against_teacher_forced(LLAMA "branch=decode " ALPHA_FREE, 20);
+    check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE, 21);
+    k_set_threads(threads);
+}
+
+/* ---- reference files (an independent implementation's logits) ------------ */
+
+static void check_reference(const char *name) {
+    const char *root = getenv("DBRANCH_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/reference/%s", root ? root : ".", name);
+    model m;
+    cr_assert(model_load(&m, path) == DT_OK, "%s", dt_error_message());
+    hid_t file;
+    cr_assert(h5_open(path, 0, &file) == DT_OK, "%s", dt_error_message());
+    int ndim;
+    int64_t shape[4];
+    cr_assert(h5_dataset_shape(file, "/ref/tokens", &ndim, shape) == DT_OK);
+    int64_t B = shape[0], T = shape[1] - 1, V = m.config.vocab_size;
+    int has_branch = m.config.branch == BRANCH_DECODE;
+    int32_t *tokens = malloc((size_t)(B * (T + 1)) * sizeof(int32_t));
+    float *ref_p = malloc((size_t)(B * T * V) * sizeof(float)), *ref_q = malloc((size_t)(B * T * V) * sizeof(float));
+    float *ref_alpha = malloc((size_t)(B * T) * sizeof(float));
+    cr_assert(h5_read_i32(file, "/ref/tokens", tokens, 2, (int64_t[]){B, T + 1}) == DT_OK);
+    cr_assert(h5_read_f32(file, "/ref/logits_primary", ref_p, 3, (int64_t[]){B, T, V}) == DT_OK);
+    if (has_branch) {
+        cr_assert(h5_read_f32(file, "/ref/logits_branch", ref_q, 3, (int64_t[]){B, T, V}) == DT_OK);
+        cr_assert(h5_read_f32(file, "/ref/alpha", ref_alpha, 2, (int64_t[]){B, T}) == DT_OK);
+    }
+    h5_close(file, path);
+    double tol_p = 1e-4 * eval_test_max_abs(ref_p, B * T * V), tol_q = 1e-4 * eval_test_max_abs(ref_q, B * T * V);
+
+    float *logits_all = malloc((size_t)(T * V) * sizeof(float));
+    for (int i = 0; i < 3; i++)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t P = 1; P <= T; P += T / 2) {
+                eval_decode_session s;
+                cr_assert(eval_decode_init(&s, &m, all_modes[i], 0) == DT_OK, "%s", dt_error_message());
+                const int32_t *x = tokens + b * (T + 1);
+                const float *rp = ref_p + b * T * V, *rq = ref_q + b * T * V;
+                cr_assert(eval_decode_prefill(&s, x, P, logits_all) == DT_OK, "%s", dt_error_message());
+                double err = eval_test_max_diff(logits_all, rp, P * V);
+                cr_expect(err <= tol_p, "%s prefill: %g", name, err);
+                for (int64_t t = P - 1; t < T; t++) {
+                    if (t > P - 1) cr_assert(eval_decode_step(&s, x[t]) == DT_OK);
+                    err = eval_test_max_diff(eval_decode_logits_primary(&s), rp + t * V, V);
+                    cr_expect(err <= tol_p, "%s %s b=%lld P=%lld t=%lld: primary off by %g", name,
+                              eval_decode_mode_name(all_modes[i]), (long long)b, (long long)P, (long long)t, err);
+                    if (has_branch && all_modes[i] != EVAL_DECODE_BASELINE) {
+                        err = eval_test_max_diff(eval_decode_logits_branch(&s), rq + t * V, V);
+                        cr_expect(err <= tol_q, "%s %s b=%lld P=%lld t=%lld: branch off by %g", name,
+                                  eval_decode_mode_name(all_modes[i]), (long long)b, (long long)P, (long long)t, err);
+                        cr_expect(fabs(s.alpha - ref_alpha[b * T + t]) <= 1e-4, "%s alpha %g vs %g", name, s.alpha,
+                                  ref_alpha[b * T + t]);
+                    }
+                }
+                eval_decode_free(&s);
+            }
+    free(logits_all);
+    free(tokens);
+    free(ref_p);
+    free(ref_q);
+    free(ref_alpha);
+    model_free(&m);
+}
+
+Test(decode_reference, nanogpt_base) { check_reference("01_nanogpt_base.h5"); }
+Test(decode_reference, nanogpt_branch) { check_reference("02_nanogpt_branch.h5"); }
+Test(decode_reference, llama_base_gqa) { check_reference("03_llama_base_gqa.h5"); }
+Test(decode_reference, llama_branch) { check_reference("04_llama_branch.h5"); }
+Test(decode_reference, moe_base) { check_reference("05_moe_base.h5"); }
+Test(decode_reference, moe_branch_replay) { check_reference("06_moe_branch_replay.h5"); }
+Test(decode_reference, llama_branch_alpha_fixed) { check_reference("07_llama_branch_alpha_fixed.h5"); }
+
+/* ---- what grouping saves ------------------------------------------------- */
+
+/* Traffic of one step at position P for each mode. */
+static void step_traffic(const model *m, const int32_t *tokens, int64_t P, eval_decode_traffic out[3]) {
+    for (int i = 0; i < 3; i++) {
+        eval_decode_session s;
+        cr_assert(eval_decode_init(&s, m, all_modes[i], 0) == DT_OK);
+        cr_assert(eval_decode_prefill(&s, tokens, P, NULL) == DT_OK);
+        cr_assert(eval_decode_step(&s, tokens[P]) == DT_OK);
+        out[i] = s.traffic;
+        eval_decode_free(&s);
+    }
+}
+
+Test(decode_traffic, grouped_loads_shared_matrices_once) {
+    model m;
+    eval_test_model(&m, LLAMA "branch=decode", 21);
+    int32_t tokens[8];
+    eval_test_tokens(tokens, 8, m.config.vocab_size, 5);
+    eval_decode_traffic tr[3];
+    step_traffic(&m, tokens, 5, tr);
+    const model_config *c = &m.config;
+    int64_t C = c->d_model, kv = c->n_kv_head * (C / c->n_head);
+    /* The branch row adds only its embedding row to what the primary reads. */
+    cr_expect_eq(tr[1].weight_bytes, tr[0].weight_bytes + 4.0 * (double)C);
+    cr_expect_eq(tr[1].matrix_loads, tr[0].matrix_loads);
+    /* Un-grouped reads every shared matrix twice (all but Wk, Wv), and the cache twice. */
+    cr_expect_eq(tr[2].matrix_loads, 2 * tr[0].matrix_loads - 2 * c->n_layer);
+    cr_expect_eq(tr[0].kv_read_bytes, (double)(c->n_layer * 2 * 6 * kv * 4));
+    cr_expect_eq(tr[1].kv_read_bytes, tr[0].kv_read_bytes);
+    cr_expect_eq(tr[2].kv_read_bytes, 2 * tr[0].kv_read_bytes);
+    model_free(&m);
+}
+
+Test(decode_traffic, share_off_stacks_only_the_head) {
+    model m;
+    eval_test_model(&m, LLAMA "branch=decode share=off", 22);
+    int32_t tokens[8];
+    eval_test_tokens(tokens, 8, m.config.vocab_size, 6);
+    eval_decode_traffic tr[3];
+    step_traffic(&m, tokens, 5, tr);
+    /* per layer the branch has its own wq, wo, w1, w3, w2; only the LM head is shared */
+    cr_expect_eq(tr[1].matrix_loads, tr[0].matrix_loads + 5 * m.config.n_layer);
+    cr_expect_eq(tr[2].matrix_loads, tr[1].matrix_loads + 1);
+    model_free(&m);
+}
+
+/* Experts run per step: the union of both rows' sets when grouped. */
+static void check_expert_union(const char *spec, uint64_t seed) {
+    model m;
+    eval_test_model(&m, spec, seed);
+    const model_config *c = &m.config;
+    int32_t tokens[8];
+    eval_test_tokens(tokens, 8, c->vocab_size, seed);
+    eval_decode_traffic tr[3];
+    step_traffic(&m, tokens, 5, tr);
+    int64_t union_size = c->top_k > c->top_k_branch ? c->top_k : c->top_k_branch; /* replay: nested sets */
+    cr_expect_eq(tr[0].expert_loads, c->n_layer * c->top_k);
+    if (c->branch_routing == ROUTING_REPLAY && c->share) cr_expect_eq(tr[1].expert_loads, c->n_layer * union_size);
+    cr_expect_leq(tr[1].expert_loads, c->n_layer * (c->top_k + c->top_k_branch));
+    cr_expect_geq(tr[1].expert_loads, c->n_layer * union_size);
+    cr_expect_eq(tr[2].expert_loads, c->n_layer * (c->top_k + c->top_k_branch));
+    model_free(&m);
+}
+
+Test(decode_traffic, moe_replay_union) { check_expert_union(MOE "branch=decode top_k=2 top_k_branch=2", 31); }
+Test(decode_traffic, moe_replay_superset_union) { check_expert_union(MOE "branch=decode top_k=1 top_k_branch=3", 32); }
+Test(decode_traffic, moe_own_union) {
+    check_expert_union(MOE "branch=decode branch_routing=own top_k=2 top_k_branch=2", 33);
+}
+
+/* ---- bad use ------------------------------------------------------------- */
+
+Test(decode_errors, bad_tokens_and_positions) {
+    model m;
+    eval_test_model(&m, LLAMA "branch=decode", 41);
+    eval_decode_session s;
+    cr_assert(eval_decode_init(&s, &m, EVAL_DECODE_GROUPED, 4) == DT_OK);
+    cr_expect_eq(eval_decode_step(&s, 1), DT_ERR, "step before any prefill");
+    int32_t tokens[13] = {0};
+    cr_expect_eq(eval_decode_prefill(&s, tokens, 0, NULL), DT_ERR);
+    cr_expect_eq(eval_decode_prefill(&s, tokens, 5, NULL), DT_ERR, "longer than max_prompt");
+    tokens[2] = (int32_t)m.config.vocab_size;
+    cr_expect_eq(eval_decode_prefill(&s, tokens, 3, NULL), DT_ERR);
+    cr_expect(strstr(dt_error_message(), "vocabulary") != NULL, "%s", dt_error_message());
+    tokens[2] = 1;
+    cr_assert(eval_decode_prefill(&s, tokens, 4, NULL) == DT_OK);
+    cr_expect_eq(eval_decode_step(&s, -1), DT_ERR);
+    for (int64_t t = 4; t < m.config.block_size; t++) cr_assert(eval_decode_step(&s, 2) == DT_OK);
+    cr_expect_eq(eval_decode_step(&s, 2), DT_ERR, "cache full");
+    cr_expect(strstr(dt_error_message(), "context full") != NULL, "%s", dt_error_message());
+    eval_decode_free(&s);
+    cr_expect_eq(eval_decode_init(&s, &m, EVAL_DECODE_GROUPED, m.config.block_size + 1), DT_ERR);
+    model_free(&m);
+}
