@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """PyTorch reference for `dbranch bench train`: a nanoGPT-style model trained
 on random tokens, timed step by step (forward, backward, global-norm clip,
 AdamW, zeroed gradients), with the same configs and thread count.
