@@ -24,7 +24,12 @@
  *              matrix they share (Wq, Wo, FFN, router and experts, LM head),
  *              one attention pass with both queries, MoE experts run once for
  *              the union of the two rows' experts;
- *   UNGROUPED  the same math with the two rows in separate passes. */
+ *   UNGROUPED  the same math with the two rows in separate passes.
+ *
+ * Threads: a step runs on k_get_threads() threads as one team (eval/team.h),
+ * one OpenMP region per step with counter-synchronised stages inside, so a
+ * thread descheduled by other jobs on a shared machine does not stall every
+ * stage. The prefill's batched GEMMs go through BLIS (k_linear_forward). */
 #ifndef EVAL_DECODE_H
 #define EVAL_DECODE_H
 

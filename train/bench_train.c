@@ -12,11 +12,25 @@
  * baseline and its Decode-Branch twin alternate step by step for the same
  * reason, and their ratio is taken from those interleaved medians.
  *
+ * The step is the one train/parallel_step.h provides (the batch's rows split
+ * over the threads, two parallel regions per step); --split ops runs one tape
+ * with every kernel split over the threads instead, for comparison. Besides
+ * wall time, thread 0's CPU time in forward + backward is kept: on a loaded
+ * machine it is the steadier figure for comparing two models.
+ *
  * FLOPs per token (the PaLM / nanoGPT convention): 6N + 12 L C T, N the
  * parameters without the position embeddings (a tied head counts once; MoE
  * experts at top_k / E); a decode branch adds 6 N_branch + 12 L C T, N_branch
  * the parameters of the matrices the branch applies (everything but the K/V
- * projections and the embeddings). */
+ * projections and the embeddings).
+ *
+ * Memory closed form: 4 bytes x parameters for the weights and again for the
+ * gradients, 8 for Adam's two moments, and the activations an efficient
+ * trainer keeps for the backward (llm.c's list: per layer and token 18 C for
+ * the norm outputs, q/k/v, attention output, projections, residuals, MLP
+ * pre-activation and activation, plus norm statistics and per-head
+ * log-sum-exps; the logits). Peak RSS (getrusage) also holds the binary and
+ * its libraries, which the report prints separately. */
 #include "train/bench_train.h"
 
 #include <math.h>
