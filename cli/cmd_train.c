@@ -137,6 +137,9 @@ int cmd_train(int argc, char **argv) {
     install_stop_handlers();
     trainer t;
     trainer_options options = {.resume_path = resume_path, .progress = stdout, .stop_flag = &stop_signal};
+    /* Test hook (tests/test_cli_qa.c): stop at a known step so a SIGKILL lands between checkpoints. */
+    const char *pause = getenv("DBRANCH_TEST_PAUSE_AFTER_STEP");
+    if (pause) options.pause_after_step = strtoll(pause, NULL, 10);
     if (trainer_init(&t, &cfg, &options) != DT_OK) {
         exit_code = cli_fail("train");
         goto done;

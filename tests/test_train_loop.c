@@ -287,19 +287,33 @@ Test(train_loop, checkpoint_refuses_non_finite_weights, .init = setup, .fini = t
 /* After the first step the arena has its size and the tape its capacity. */
 Test(train_loop, steady_state_step_allocates_nothing, .init = setup, .fini = teardown, .timeout = 60) {
     train_config cfg = tiny_config("steady", 1, OPTIM_ADAMW);
+    cfg.threads = 2; /* two workers: the replica's buffers are checked too */
     trainer t;
     cr_assert_eq(trainer_init(&t, &cfg, NULL), DT_OK, "%s", dt_error_message());
     train_step_record record;
     for (int i = 0; i < 2; i++)
         cr_assert_eq(trainer_step(&t, &record), DT_OK, "%s", dt_error_message());
-    long mallocs = dt_arena_mallocs(&t.ctx.arena);
-    int cap_nodes = t.ctx.cap_nodes;
-    size_t capacity = dt_arena_capacity(&t.ctx.arena);
+    /* Every worker's tape and arena (one per thread that takes batch rows). */
+    enum { MAX_WORKERS = 8 };
+    cr_assert_leq(t.parallel.n_workers, MAX_WORKERS);
+    long mallocs[MAX_WORKERS];
+    int cap_nodes[MAX_WORKERS];
+    size_t capacity[MAX_WORKERS];
+    for (int w = 0; w < t.parallel.n_workers; w++) {
+        mallocs[w] = dt_arena_mallocs(&t.parallel.contexts[w].arena);
+        cap_nodes[w] = t.parallel.contexts[w].cap_nodes;
+        capacity[w] = dt_arena_capacity(&t.parallel.contexts[w].arena);
+    }
     for (int i = 0; i < 4; i++)
         cr_assert_eq(trainer_step(&t, &record), DT_OK, "%s", dt_error_message());
-    cr_assert_eq(dt_arena_mallocs(&t.ctx.arena), mallocs);
-    cr_assert_eq(t.ctx.cap_nodes, cap_nodes);
-    cr_assert_eq(dt_arena_capacity(&t.ctx.arena), capacity);
+    train_eval_record eval;
+    cr_assert_eq(trainer_evaluate(&t, &eval), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(trainer_step(&t, &record), DT_OK, "%s", dt_error_message());
+    for (int w = 0; w < t.parallel.n_workers; w++) {
+        cr_assert_eq(dt_arena_mallocs(&t.parallel.contexts[w].arena), mallocs[w], "worker %d", w);
+        cr_assert_eq(t.parallel.contexts[w].cap_nodes, cap_nodes[w], "worker %d", w);
+        cr_assert_eq(dt_arena_capacity(&t.parallel.contexts[w].arena), capacity[w], "worker %d", w);
+    }
     trainer_free(&t);
 }
 

@@ -260,10 +260,14 @@ static double mean_or_nan(const dt_tensor *x) {
 /* Forward and backward of rows [row_begin[w], row_begin[w+1]) on worker w's
  * tape, the gradient weighted by the rows' share of the batch. */
 static dt_status worker_run(train_parallel *p, int w, const dt_tensor *inputs, const dt_tensor *targets,
-                            train_parallel_losses *losses) {
+                            const int64_t *row_begin, int64_t total_rows, int backward, train_parallel_losses *losses) {
     model *m = w == 0 ? p->model : &p->replicas[w - 1];
     ag_ctx *ctx = &p->contexts[w];
-    const int64_t T = p->seq_len, first = p->row_begin[w], rows = p->row_begin[w + 1] - first;
+    const int64_t T = p->seq_len, first = row_begin[w], rows = row_begin[w + 1] - first;
+    if (rows == 0) {
+        *losses = (train_parallel_losses){0};
+        return DT_OK;
+    }
     dt_tensor *in = &p->input_views[w], *tg = &p->target_views[w];
     if (dt_tensor_init(in, DT_I32, DT_SHAPE(rows, T), dt_i32(inputs) + first * T) != DT_OK ||
         dt_tensor_init(tg, DT_I32, DT_SHAPE(rows, T), dt_i32(targets) + first * T) != DT_OK)
@@ -271,8 +275,23 @@ static dt_status worker_run(train_parallel *p, int w, const dt_tensor *inputs, c
     const double start = w == 0 ? omp_get_wtime() : 0.0, cpu_start = w == 0 ? thread_cpu_seconds() : 0.0;
     ag_reset(ctx);
     model_outputs out;
+    if (!backward) {
+        const int previous = ag_set_grad_enabled(ctx, 0);
+        const dt_status status = model_forward(m, ctx, in, tg, &out);
+        ag_set_grad_enabled(ctx, previous);
+        if (status != DT_OK) return DT_ERR;
+        *losses = (train_parallel_losses){
+            .objective = scalar_or_nan(out.loss),
+            .loss = scalar_or_nan(out.loss_reported),
+            .loss_primary = scalar_or_nan(out.loss_primary),
+            .loss_branch = scalar_or_nan(out.loss_branch),
+            .alpha = mean_or_nan(out.alpha),
+        };
+        ag_reset(ctx);
+        return DT_OK;
+    }
     if (model_forward(m, ctx, in, tg, &out) != DT_OK) return DT_ERR;
-    const double weight = (double)rows / (double)p->batch_size;
+    const double weight = (double)rows / (double)total_rows;
     dt_tensor *objective = weight == 1.0 ? out.loss : ag_scale(ctx, out.loss, (float)weight);
     const double middle = w == 0 ? omp_get_wtime() : 0.0, cpu_middle = w == 0 ? thread_cpu_seconds() : 0.0;
     if (ag_backward(ctx, objective) != DT_OK) return DT_ERR;
@@ -292,14 +311,13 @@ static dt_status worker_run(train_parallel *p, int w, const dt_tensor *inputs, c
     return DT_OK;
 }
 
-dt_status train_parallel_forward_backward(train_parallel *p, const dt_tensor *inputs, const dt_tensor *targets,
-                                          train_parallel_losses *losses) {
-    if (!inputs || !targets || inputs->dtype != DT_I32 || targets->dtype != DT_I32 || inputs->ndim != 2 ||
-        !dt_same_shape(inputs, targets) || inputs->shape[0] != p->batch_size || inputs->shape[1] != p->seq_len)
-        return dt_errorf("parallel step: inputs and targets must be int32 [%lld, %lld]", (long long)p->batch_size,
-                         (long long)p->seq_len);
+/* Runs every worker on its rows [row_begin[w], row_begin[w + 1]) of a batch
+ * of total_rows rows, in one parallel region; *losses gets the row-weighted
+ * means. */
+static dt_status run_workers(train_parallel *p, const dt_tensor *inputs, const dt_tensor *targets,
+                             const int64_t *row_begin, int64_t total_rows, int backward, train_parallel_losses *losses) {
     const int workers = p->n_workers;
-    if (workers == 1) return worker_run(p, 0, inputs, targets, losses);
+    if (workers == 1) return worker_run(p, 0, inputs, targets, row_begin, total_rows, backward, losses);
 
     enum { MAX_WORKERS = 256 };
     if (workers > MAX_WORKERS) return dt_errorf("parallel step: %d workers (at most %d)", workers, MAX_WORKERS);
@@ -312,7 +330,7 @@ dt_status train_parallel_forward_backward(train_parallel *p, const dt_tensor *in
         /* A runtime may hand out fewer threads than asked: then a thread takes several workers. */
         const int thread = omp_get_thread_num(), n_threads = omp_get_num_threads();
         for (int w = thread; w < workers; w += n_threads) {
-            status[w] = worker_run(p, w, inputs, targets, &partial[w]);
+            status[w] = worker_run(p, w, inputs, targets, row_begin, total_rows, backward, &partial[w]);
             if (status[w] != DT_OK) {
 #pragma omp critical(train_parallel_error)
                 if (failed < 0 || w < failed) {
@@ -325,7 +343,8 @@ dt_status train_parallel_forward_backward(train_parallel *p, const dt_tensor *in
     if (failed >= 0) return dt_errorf("%s", message);
     *losses = (train_parallel_losses){0};
     for (int w = 0; w < workers; w++) {
-        const double weight = (double)(p->row_begin[w + 1] - p->row_begin[w]) / (double)p->batch_size;
+        const double weight = (double)(row_begin[w + 1] - row_begin[w]) / (double)total_rows;
+        if (weight == 0.0) continue;
         losses->objective += weight * partial[w].objective;
         losses->loss += weight * partial[w].loss;
         losses->loss_primary += weight * partial[w].loss_primary;
@@ -333,6 +352,33 @@ dt_status train_parallel_forward_backward(train_parallel *p, const dt_tensor *in
         losses->alpha += weight * partial[w].alpha;
     }
     return DT_OK;
+}
+
+static int batch_matches(const train_parallel *p, const dt_tensor *inputs, const dt_tensor *targets) {
+    return inputs && targets && inputs->dtype == DT_I32 && targets->dtype == DT_I32 && inputs->ndim == 2 &&
+           dt_same_shape(inputs, targets) && inputs->shape[0] == p->batch_size && inputs->shape[1] == p->seq_len;
+}
+
+dt_status train_parallel_forward_backward(train_parallel *p, const dt_tensor *inputs, const dt_tensor *targets,
+                                          train_parallel_losses *losses) {
+    if (!batch_matches(p, inputs, targets))
+        return dt_errorf("parallel step: inputs and targets must be int32 [%lld, %lld]", (long long)p->batch_size,
+                         (long long)p->seq_len);
+    return run_workers(p, inputs, targets, p->row_begin, p->batch_size, 1, losses);
+}
+
+dt_status train_parallel_evaluate(train_parallel *p, const dt_tensor *inputs, const dt_tensor *targets, int64_t rows,
+                                  train_parallel_losses *losses) {
+    if (!batch_matches(p, inputs, targets))
+        return dt_errorf("parallel step: inputs and targets must be int32 [%lld, %lld]", (long long)p->batch_size,
+                         (long long)p->seq_len);
+    if (rows < 1 || rows > p->batch_size)
+        return dt_errorf("parallel step: %lld rows to evaluate (1 to %lld)", (long long)rows, (long long)p->batch_size);
+    enum { MAX_WORKERS = 256 };
+    int64_t row_begin[MAX_WORKERS + 1];
+    if (p->n_workers > MAX_WORKERS) return dt_errorf("parallel step: %d workers (at most %d)", p->n_workers, MAX_WORKERS);
+    for (int w = 0; w <= p->n_workers; w++) row_begin[w] = rows * w / p->n_workers;
+    return run_workers(p, inputs, targets, row_begin, rows, 0, losses);
 }
 
 /* Chunks [first, last) of thread `thread` of n: contiguous runs holding about

@@ -81,6 +81,13 @@ void train_parallel_free(train_parallel *p);
 dt_status train_parallel_forward_backward(train_parallel *p, const dt_tensor *inputs, const dt_tensor *targets,
                                           train_parallel_losses *losses);
 
+/* Forward only (no tape kept, no gradient) of the first `rows` rows of
+ * inputs/targets [B, T] (rows <= B: a last, partial evaluation batch), the
+ * rows split over the workers like a training batch; *losses gets the means
+ * over those rows. */
+dt_status train_parallel_evaluate(train_parallel *p, const dt_tensor *inputs, const dt_tensor *targets, int64_t rows,
+                                  train_parallel_losses *losses);
+
 /* The update after one or more micro-batches: gradients summed over workers
  * and scaled by grad_scale (1 / micro-batches), their global L2 norm written
  * to *grad_norm, clipped to max_norm (0: no clipping; PyTorch's

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,7 @@ enum {
     READY_OPTIM = 1 << 1,
     READY_TOKENS = 1 << 2,
     READY_LOADER = 1 << 3,
-    READY_CTX = 1 << 4,
+    READY_PARALLEL = 1 << 4,
     READY_LOG = 1 << 5,
 };
 
@@ -184,8 +185,11 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
 
     if (setup_model(t) != DT_OK || setup_optimizer(t) != DT_OK || setup_data(t) != DT_OK || setup_state(t) != DT_OK)
         goto fail;
-    if (ag_ctx_init(&t->ctx, 0) != DT_OK) goto fail;
-    t->ready |= READY_CTX;
+    /* The step's rows split over the threads (train/parallel_step.h); MoE
+     * and one-thread runs take the plain path inside it. */
+    if (train_parallel_init(&t->parallel, &t->model, &t->opt, c->batch_size, c->seq_len, k_get_threads(), 1) != DT_OK)
+        goto fail;
+    t->ready |= READY_PARALLEL;
     int64_t print_every = c->print_every > 0 ? c->print_every : (t->total_steps + 49) / 50;
     if (train_log_open(&t->log, t->log_path, t->options.resume_path != NULL, t->options.progress, print_every) != DT_OK)
         goto fail;
@@ -198,7 +202,7 @@ fail:
 
 void trainer_free(trainer *t) {
     if (t->ready & READY_LOG) train_log_close(&t->log);
-    if (t->ready & READY_CTX) ag_ctx_free(&t->ctx);
+    if (t->ready & READY_PARALLEL) train_parallel_free(&t->parallel);
     dt_tensor_free(t->inputs);
     dt_tensor_free(t->targets);
     if (t->ready & READY_LOADER) data_loader_free(&t->loader);
@@ -210,18 +214,6 @@ void trainer_free(trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Mean of an arena tensor (alpha [B, T]); NaN when absent. */
-static double tensor_mean(const dt_tensor *x) {
-    if (!x) return NAN;
-    double sum = 0;
-    const float *v = dt_f32(x);
-    for (int64_t i = 0; i < x->size; i++)
-        sum += v[i];
-    return sum / (double)x->size;
-}
-
-static double scalar(const dt_tensor *x) { return x ? (double)dt_f32(x)[0] : NAN; }
-
 dt_status trainer_step(trainer *t, train_step_record *record) {
     const train_config *c = &t->cfg;
     const int64_t step = t->state.step; /* 0-based index of the step being taken */
@@ -232,31 +224,27 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
     double objective = 0, loss = 0, loss_primary = 0, loss_branch = 0, alpha = 0;
     for (int64_t micro = 0; micro < c->grad_accum; micro++) {
         if (data_loader_next(&t->loader, dt_i32(t->inputs), dt_i32(t->targets)) != DT_OK) return DT_ERR;
-        ag_reset(&t->ctx);
-        model_outputs out;
-        if (model_forward(&t->model, &t->ctx, t->inputs, t->targets, &out) != DT_OK)
+        train_parallel_losses losses;
+        if (train_parallel_forward_backward(&t->parallel, t->inputs, t->targets, &losses) != DT_OK)
             return dt_error_context("step %lld", (long long)(step + 1));
-        double micro_objective = scalar(out.loss);
-        if (!isfinite(micro_objective))
+        if (!isfinite(losses.objective))
             return dt_errorf("step %lld: loss is %g; stopping (the weights are not saved)", (long long)(step + 1),
-                             micro_objective);
-        objective += micro_objective;
-        loss += scalar(out.loss_reported);
-        loss_primary += scalar(out.loss_primary);
-        loss_branch += scalar(out.loss_branch);
-        alpha += tensor_mean(out.alpha);
-        if (ag_backward(&t->ctx, out.loss) != DT_OK) return dt_error_context("step %lld", (long long)(step + 1));
+                             losses.objective);
+        objective += losses.objective;
+        loss += losses.loss;
+        loss_primary += losses.loss_primary;
+        loss_branch += losses.loss_branch;
+        alpha += losses.alpha;
     }
-    const int n = t->model.n_params;
-    if (c->grad_accum > 1) optim_scale_grads(t->optim_params, n, 1.0f / (float)c->grad_accum);
-    double grad_norm = optim_clip_grad_norm(t->optim_params, n, c->grad_clip);
+    double lr = optim_schedule_lr(&t->schedule, step);
+    double grad_norm;
+    /* One pass: sum over workers, 1/grad_accum, norm, clip, optimizer (Muon
+     * at its own peak on the same schedule shape), zeroed gradients. */
+    train_parallel_update(&t->parallel, lr, c->muon_lr * lr / c->lr, 1.0f / (float)c->grad_accum, c->grad_clip,
+                          &grad_norm);
     if (!isfinite(grad_norm))
         return dt_errorf("step %lld: gradient norm is %g; stopping (the weights are not saved)", (long long)(step + 1),
                          grad_norm);
-    double lr = optim_schedule_lr(&t->schedule, step);
-    /* Muon follows the same schedule shape at its own peak. */
-    optim_step(&t->opt, lr, c->muon_lr * lr / c->lr);
-    model_zero_grad(&t->model);
 
     const int64_t step_tokens = train_config_tokens_per_step(c);
     const double seconds = now_seconds() - start;
@@ -292,7 +280,6 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
     int64_t n_windows = data_split_windows(&t->tokens, SPLIT_VAL, T);
     if (c->eval_windows > 0 && c->eval_windows < n_windows) n_windows = c->eval_windows;
     double loss = 0, loss_primary = 0, loss_branch = 0, alpha = 0;
-    int previous = ag_set_grad_enabled(&t->ctx, 0);
     dt_status status = DT_OK;
     for (int64_t first = 0; first < n_windows && status == DT_OK; first += B) {
         const int64_t rows = n_windows - first < B ? n_windows - first : B;
@@ -300,22 +287,15 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
         for (int64_t r = 0; r < rows && status == DT_OK; r++)
             status = data_split_window(&t->tokens, SPLIT_VAL, first + r, T, inputs + r * T, targets + r * T);
         if (status != DT_OK) break;
-        /* A last, partial batch: views of the first `rows` rows. */
-        dt_tensor input_view, target_view;
-        dt_tensor_init(&input_view, DT_I32, DT_SHAPE(rows, T), inputs);
-        dt_tensor_init(&target_view, DT_I32, DT_SHAPE(rows, T), targets);
-        ag_reset(&t->ctx);
-        model_outputs out;
-        status = model_forward(&t->model, &t->ctx, &input_view, &target_view, &out);
+        train_parallel_losses losses;
+        status = train_parallel_evaluate(&t->parallel, t->inputs, t->targets, rows, &losses);
         if (status != DT_OK) break;
         /* Every window has T positions: weighting batch means by rows gives the mean over positions. */
-        loss += scalar(out.loss_reported) * (double)rows;
-        loss_primary += scalar(out.loss_primary) * (double)rows;
-        loss_branch += scalar(out.loss_branch) * (double)rows;
-        alpha += tensor_mean(out.alpha) * (double)rows;
+        loss += losses.loss * (double)rows;
+        loss_primary += losses.loss_primary * (double)rows;
+        loss_branch += losses.loss_branch * (double)rows;
+        alpha += losses.alpha * (double)rows;
     }
-    ag_set_grad_enabled(&t->ctx, previous);
-    ag_reset(&t->ctx);
     if (status != DT_OK) return dt_error_context("evaluation at step %lld", (long long)t->state.step);
     const double inv = 1.0 / (double)n_windows;
     *record = (train_eval_record){
@@ -363,6 +343,9 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
             break;
         }
         const int64_t step = t->state.step;
+        if (t->options.pause_after_step > 0 && step == t->options.pause_after_step) {
+            raise(SIGSTOP); /* the log lines are already flushed */
+        }
         if (step == t->total_steps) break; /* the final eval and checkpoint follow the loop */
         train_eval_record eval;
         if (c->eval_every > 0 && step % c->eval_every == 0 && trainer_evaluate(t, &eval) != DT_OK) {

@@ -1,16 +1,17 @@
 /* The training loop.
  *
  * A step is grad_accum micro-batches of batch_size x seq_len tokens: for each,
- * ag_reset, model_forward, ag_backward (parameter gradients accumulate); then
+ * model_forward and ag_backward (parameter gradients accumulate), the batch's
+ * rows split over the threads (train/parallel_step.h); then one pass takes
  * the average over micro-batches, the global-norm clip, one optimizer step at
- * the schedule's learning rate, and zeroed gradients. The run stops at the
+ * the schedule's learning rate, and zeroes the gradients. The run stops at the
  * token budget (train.tokens), so two models given the same budget have seen
  * the same number of tokens (the matched-token comparison). Evaluation on the
  * validation sweep runs every eval_every steps and at the end; checkpoints
  * every checkpoint_every steps and at the end (also when stopped).
  *
  * After the first step nothing on a step's path calls malloc: activations
- * and the tape come from the context's arena, which folds into one chunk at
+ * and the tape come from each worker's arena, which folds into one chunk at
  * the second reset, and every other buffer is allocated in trainer_init.
  *
  * A resumed run (options.resume_path) restores weights, optimizer state, the
@@ -35,6 +36,7 @@
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/log.h"
+#include "train/parallel_step.h"
 #include "train/run_config.h"
 
 typedef struct trainer_options {
@@ -43,6 +45,8 @@ typedef struct trainer_options {
     volatile sig_atomic_t *stop_flag; /* set from a signal handler: finish the step, checkpoint, return */
     int64_t stop_after_step;          /* > 0: stop (with a checkpoint) once this many steps are done */
     int64_t poison_step;              /* test hook, > 0: a NaN is written into final_norm before this step */
+    int64_t pause_after_step;         /* test hook, > 0: the process stops itself (SIGSTOP) once this step is
+                                         logged, before any checkpoint, so a test can SIGKILL it at a known point */
 } trainer_options;
 
 typedef struct trainer_result {
@@ -66,7 +70,7 @@ typedef struct trainer {
     optim_schedule schedule;
     data_tokens tokens;
     data_loader loader;
-    ag_ctx ctx;
+    train_parallel parallel; /* forward+backward split over threads, and the fused update */
     dt_tensor *inputs, *targets; /* int32 [B, T] heap tensors reused every micro-batch */
     train_state state;
     train_log log;
