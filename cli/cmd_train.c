@@ -125,15 +125,6 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
 
-    size_t length = train_config_format(&cfg, NULL, 0);
-    char *text = malloc(length + 1);
-    if (text) {
-        train_config_format(&cfg, text, length + 1);
-        printf("# resolved configuration%s%s\n%s\n", config_path ? " of " : "", config_path ? config_path : "", text);
-        free(text);
-    }
-    fflush(stdout);
-
     install_stop_handlers();
     trainer t;
     trainer_options options = {.resume_path = resume_path, .progress = stdout, .stop_flag = &stop_signal};
@@ -144,6 +135,16 @@ int cmd_train(int argc, char **argv) {
         exit_code = cli_fail("train");
         goto done;
     }
+    /* Printed once the run is set up, so a bad path or file is the only output. */
+    size_t length = train_config_format(&cfg, NULL, 0);
+    char *text = malloc(length + 1);
+    if (text) {
+        train_config_format(&cfg, text, length + 1);
+        printf("# resolved configuration%s%s\n%s\n", config_path ? " of " : "", config_path ? config_path : "", text);
+        free(text);
+    }
+    fflush(stdout);
+
     trainer_result result;
     status = trainer_run(&t, &result);
     trainer_free(&t);

@@ -174,7 +174,7 @@ static dt_status read_rng(hid_t group, const char *prefix, dt_rng *rng) {
 static dt_status open_group(hid_t file, const char *name, hid_t *group) {
     if (!h5_exists(file, name)) return dt_errorf("no /%s group (a model file, not a training checkpoint?)", name);
     *group = H5Gopen2(file, name, H5P_DEFAULT);
-    if (*group < 0) return dt_errorf("cannot open group /%s", name);
+    if (*group < 0) return dt_errorf("/%s is not a group (a token file or other HDF5 file, not a training checkpoint?)", name);
     return DT_OK;
 }
 
