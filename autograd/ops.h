@@ -101,5 +101,12 @@ dt_tensor *ag_mixture_nll(ag_ctx *ctx, dt_tensor *logits_p, dt_tensor *logits_q,
 /* Switch load-balancing term: router_logits [N, E], assignment fractions f [E]
  * (constants) -> [1] = E * sum_e f_e * mean_n softmax(router_logits[n])_e */
 dt_tensor *ag_moe_balance(ag_ctx *ctx, dt_tensor *router_logits, const float *fractions);
+/* The same term, also exposing what a data-parallel step needs to make the
+ * balance that of the whole batch when each thread sees only its rows:
+ * *fractions_read points at the op's own copy of f [E], the one its backward
+ * reads (overwrite it with the whole batch's f between forward and backward);
+ * mean_probs [E] (NULL: not wanted) gets mean_n softmax(router_logits[n]). */
+dt_tensor *ag_moe_balance_ex(ag_ctx *ctx, dt_tensor *router_logits, const float *fractions, float **fractions_read,
+                             float *mean_probs);
 
 #endif

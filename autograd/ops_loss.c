@@ -121,6 +121,11 @@ static void moe_balance_backward(ag_ctx *ctx, ag_node *node) {
 }
 
 dt_tensor *ag_moe_balance(ag_ctx *ctx, dt_tensor *router_logits, const float *fractions) {
+    return ag_moe_balance_ex(ctx, router_logits, fractions, NULL, NULL);
+}
+
+dt_tensor *ag_moe_balance_ex(ag_ctx *ctx, dt_tensor *router_logits, const float *fractions, float **fractions_read,
+                             float *mean_probs) {
     static const char *op = "moe_balance";
     if (!router_logits) return NULL;
     if (!ag_check_f32(op, "router_logits", router_logits)) return NULL;
@@ -143,6 +148,13 @@ dt_tensor *ag_moe_balance(ag_ctx *ctx, dt_tensor *router_logits, const float *fr
         for (int64_t e = 0; e < E; e++)
             total += (double)fractions[e] * saved->probs[n * E + e];
     dt_f32(out)[0] = (float)((double)E * total / (double)N);
+    if (fractions_read) *fractions_read = saved->fractions;
+    if (mean_probs)
+        for (int64_t e = 0; e < E; e++) {
+            double sum = 0.0;
+            for (int64_t n = 0; n < N; n++) sum += saved->probs[n * E + e];
+            mean_probs[e] = (float)(sum / (double)N);
+        }
     dt_tensor *inputs[1] = {router_logits};
     if (ag_needs_grad(ctx, inputs, 1)) {
         ag_node *node = ag_record(ctx, op, moe_balance_backward, out, inputs, 1);

@@ -67,6 +67,11 @@ typedef struct model_outputs {
     dt_tensor *alpha;          /* [B,T] mixture weight (branch only) */
     dt_tensor *logits_primary; /* [B,T,V] */
     dt_tensor *logits_branch;  /* [B,T,V] (branch only) */
+    /* MoE balance terms, one per layer (moe only; train/parallel_step.c
+     * makes them those of the whole batch when threads split its rows): */
+    int64_t moe_layers;        /* how many (n_layer for moe, else 0) */
+    float **balance_fractions; /* [moe_layers] -> f [E] each term's backward reads */
+    float *router_mean_probs;  /* [moe_layers, E] mean router probabilities over the tokens */
 } model_outputs;
 
 /* Validates the config, allocates every parameter (zeros) with its gradient. */

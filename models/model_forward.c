@@ -72,10 +72,18 @@ static dt_tensor *dense_ffn_forward(ag_ctx *ctx, const model *m, const model_lay
     return ag_linear(ctx, hidden, down, down_bias);
 }
 
+/* The balance terms of the primary's MoE layers (SPEC §1), as they are made. */
+typedef struct balance_terms {
+    dt_tensor *sum;     /* [1] sum over the layers so far (NULL: none yet) */
+    int64_t count;      /* layers so far */
+    float **fractions;  /* [n_layer] each term's f, as its backward reads it */
+    float *mean_probs;  /* [n_layer, E] */
+} balance_terms;
+
 /* The FFN of a moe layer. x [B,T,C] normed input -> [B,T,C]. The primary adds
- * its balance term to *balance_sum [1]; the branch adds none (SPEC §2). */
+ * its balance term to *balance; the branch adds none (SPEC §2). */
 static dt_tensor *moe_ffn_forward(ag_ctx *ctx, const model *m, const model_block_weights *w, block_role role,
-                                  dt_tensor *x, primary_state *state, dt_tensor **balance_sum) {
+                                  dt_tensor *x, primary_state *state, balance_terms *balance) {
     const model_config *c = &m->config;
     if (!x) return NULL;
     const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], N = B * T;
@@ -88,8 +96,10 @@ static dt_tensor *moe_ffn_forward(ag_ctx *ctx, const model *m, const model_block
         float *fractions = ag_scratch(ctx, (size_t)c->n_expert * sizeof *fractions);
         if (!fractions) return NULL;
         model_moe_fractions(fractions, moe.experts, c->n_expert);
-        dt_tensor *balance = ag_moe_balance(ctx, moe.router_logits, fractions);
-        *balance_sum = *balance_sum ? ag_add(ctx, *balance_sum, balance) : balance;
+        const int64_t l = balance->count++;
+        dt_tensor *term = ag_moe_balance_ex(ctx, moe.router_logits, fractions, &balance->fractions[l],
+                                            balance->mean_probs + l * c->n_expert);
+        balance->sum = balance->sum ? ag_add(ctx, balance->sum, term) : term;
     } else {
         /* replay: experts from the primary's router logits, gates from the branch's own. */
         const dt_tensor *select = c->branch_routing == ROUTING_REPLAY ? state->router_logits : NULL;
@@ -101,7 +111,7 @@ static dt_tensor *moe_ffn_forward(ag_ctx *ctx, const model *m, const model_block
 /* Block l on the stream x [B,T,C] -> [B,T,C], as the primary (fills *state)
  * or as the branch (reads *state). */
 static dt_tensor *block_forward(ag_ctx *ctx, const model *m, int64_t l, block_role role, dt_tensor *x,
-                                primary_state *state, dt_tensor **balance_sum) {
+                                primary_state *state, balance_terms *balance) {
     const model_config *c = &m->config;
     const model_layer *layer = &m->layers[l];
     const model_block_weights *w = role == ROLE_PRIMARY ? &layer->primary : &layer->branch;
@@ -137,7 +147,7 @@ static dt_tensor *block_forward(ag_ctx *ctx, const model *m, int64_t l, block_ro
      * branch's with its coupling term. */
     if (c->family != FAMILY_MOE && !(role == ROLE_PRIMARY && layer->couple_out))
         return dense_ffn_forward(ctx, m, layer, w, role, xn2, state, x);
-    dt_tensor *ffn_out = c->family == FAMILY_MOE ? moe_ffn_forward(ctx, m, w, role, xn2, state, balance_sum)
+    dt_tensor *ffn_out = c->family == FAMILY_MOE ? moe_ffn_forward(ctx, m, w, role, xn2, state, balance)
                                                  : dense_ffn_forward(ctx, m, layer, w, role, xn2, state, NULL);
     if (role == ROLE_PRIMARY)
         state->m1 = ffn_out;
@@ -197,7 +207,7 @@ static dt_tensor *alpha_forward(ag_ctx *ctx, const model_config *c, const dt_ten
 }
 
 /* Losses of SPEC §2 from the two logits tensors (logits_branch NULL without a branch). */
-static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets, dt_tensor *balance_sum,
+static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets, const balance_terms *balance,
                                  model_outputs *out) {
     const model_config *c = &m->config;
     dt_tensor *objective;
@@ -226,9 +236,12 @@ static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets
         out->loss_branch = ag_mean(ctx, ag_cross_entropy(ctx, out->logits_branch, targets));
         ag_set_grad_enabled(ctx, grad_was);
     }
-    if (balance_sum) {
+    if (balance->sum) {
         /* aux: mean over MoE layers, added once outside the mixture. */
-        out->aux = ag_scale(ctx, balance_sum, 1.0f / (float)c->n_layer);
+        out->moe_layers = balance->count;
+        out->balance_fractions = balance->fractions;
+        out->router_mean_probs = balance->mean_probs;
+        out->aux = ag_scale(ctx, balance->sum, 1.0f / (float)c->n_layer);
         objective = ag_add(ctx, objective, ag_scale(ctx, out->aux, (float)c->aux_loss_coef));
     }
     out->loss = objective;
@@ -267,9 +280,14 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
     memset(states, 0, (size_t)c->n_layer * sizeof *states);
 
     /* Primary path (SPEC §1). */
-    dt_tensor *balance_sum = NULL; // [1] sum over moe layers
+    balance_terms balance = {0};
+    if (c->family == FAMILY_MOE) {
+        balance.fractions = ag_scratch(ctx, (size_t)c->n_layer * sizeof *balance.fractions);
+        balance.mean_probs = ag_scratch(ctx, (size_t)(c->n_layer * c->n_expert) * sizeof *balance.mean_probs);
+        if (!balance.fractions || !balance.mean_probs) return DT_ERR;
+    }
     dt_tensor *h = embed_forward(ctx, m, m->tok_emb, tokens, positions);
-    for (int64_t l = 0; l < c->n_layer; l++) h = block_forward(ctx, m, l, ROLE_PRIMARY, h, &states[l], &balance_sum);
+    for (int64_t l = 0; l < c->n_layer; l++) h = block_forward(ctx, m, l, ROLE_PRIMARY, h, &states[l], &balance);
     out->logits_primary = head_forward(ctx, m, h);
     if (!out->logits_primary) return DT_ERR;
 
@@ -286,5 +304,5 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
         if (has_branch) out->alpha = alpha_forward(ctx, c, out->logits_primary);
         return has_branch && !out->alpha ? DT_ERR : DT_OK;
     }
-    return readout_forward(ctx, m, targets, balance_sum, out);
+    return readout_forward(ctx, m, targets, &balance, out);
 }

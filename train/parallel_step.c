@@ -155,8 +155,7 @@ dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, int64
         return dt_errorf("parallel step: batch %lld x %lld (both must be positive)", (long long)batch_size,
                          (long long)seq_len);
     if (n_threads <= 0) n_threads = k_get_threads();
-    /* Split rows only where the objective is a plain mean over rows (not MoE). */
-    int workers = m->config.family == FAMILY_MOE || !split_rows ? 1 : n_threads;
+    int workers = split_rows ? n_threads : 1;
     if (workers > batch_size) workers = (int)batch_size;
     if (workers < 1) workers = 1;
     p->n_workers = workers;
@@ -186,8 +185,9 @@ dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, int64
     p->row_begin = calloc((size_t)workers + 1, sizeof *p->row_begin);
     p->input_views = calloc((size_t)workers, sizeof *p->input_views);
     p->target_views = calloc((size_t)workers, sizeof *p->target_views);
+    p->outputs = calloc((size_t)workers, sizeof *p->outputs);
     p->muon_work = calloc((size_t)slots, sizeof *p->muon_work);
-    if (!p->contexts || !p->row_begin || !p->input_views || !p->target_views || !p->muon_work) goto oom;
+    if (!p->contexts || !p->row_begin || !p->input_views || !p->target_views || !p->outputs || !p->muon_work) goto oom;
     for (int w = 0; w < workers; w++)
         if (ag_ctx_init(&p->contexts[w], 0) != DT_OK) {
             train_parallel_free(p);
@@ -237,6 +237,7 @@ void train_parallel_free(train_parallel *p) {
     free(p->chunk_sums);
     free(p->input_views);
     free(p->target_views);
+    free(p->outputs);
     memset(p, 0, sizeof *p);
 }
 
@@ -257,80 +258,131 @@ static double mean_or_nan(const dt_tensor *x) {
     return sum / (double)x->size;
 }
 
-/* Forward and backward of rows [row_begin[w], row_begin[w+1]) on worker w's
- * tape, the gradient weighted by the rows' share of the batch. */
-static dt_status worker_run(train_parallel *p, int w, const dt_tensor *inputs, const dt_tensor *targets,
-                            const int64_t *row_begin, int64_t total_rows, int backward, train_parallel_losses *losses) {
+static train_parallel_losses losses_of(const model_outputs *out) {
+    return (train_parallel_losses){
+        .objective = scalar_or_nan(out->loss),
+        .loss = scalar_or_nan(out->loss_reported),
+        .loss_primary = scalar_or_nan(out->loss_primary),
+        .loss_branch = scalar_or_nan(out->loss_branch),
+        .alpha = mean_or_nan(out->alpha),
+    };
+}
+
+/* Forward of rows [row_begin[w], row_begin[w+1]) on worker w's tape (kept
+ * for the backward when `backward`); the outputs go to p->outputs[w]. A
+ * worker without rows does nothing (p->outputs[w].loss stays NULL). */
+static dt_status worker_forward(train_parallel *p, int w, const dt_tensor *inputs, const dt_tensor *targets,
+                                const int64_t *row_begin, int backward) {
     model *m = w == 0 ? p->model : &p->replicas[w - 1];
     ag_ctx *ctx = &p->contexts[w];
+    model_outputs *out = &p->outputs[w];
+    memset(out, 0, sizeof *out);
     const int64_t T = p->seq_len, first = row_begin[w], rows = row_begin[w + 1] - first;
-    if (rows == 0) {
-        *losses = (train_parallel_losses){0};
-        return DT_OK;
-    }
+    if (rows == 0) return DT_OK;
     dt_tensor *in = &p->input_views[w], *tg = &p->target_views[w];
     if (dt_tensor_init(in, DT_I32, DT_SHAPE(rows, T), dt_i32(inputs) + first * T) != DT_OK ||
         dt_tensor_init(tg, DT_I32, DT_SHAPE(rows, T), dt_i32(targets) + first * T) != DT_OK)
         return DT_ERR;
     const double start = w == 0 ? omp_get_wtime() : 0.0, cpu_start = w == 0 ? thread_cpu_seconds() : 0.0;
     ag_reset(ctx);
-    model_outputs out;
-    if (!backward) {
-        const int previous = ag_set_grad_enabled(ctx, 0);
-        const dt_status status = model_forward(m, ctx, in, tg, &out);
-        ag_set_grad_enabled(ctx, previous);
-        if (status != DT_OK) return DT_ERR;
-        *losses = (train_parallel_losses){
-            .objective = scalar_or_nan(out.loss),
-            .loss = scalar_or_nan(out.loss_reported),
-            .loss_primary = scalar_or_nan(out.loss_primary),
-            .loss_branch = scalar_or_nan(out.loss_branch),
-            .alpha = mean_or_nan(out.alpha),
-        };
-        ag_reset(ctx);
-        return DT_OK;
+    const int previous = ag_set_grad_enabled(ctx, backward);
+    const dt_status status = model_forward(m, ctx, in, tg, out);
+    ag_set_grad_enabled(ctx, previous);
+    if (w == 0) {
+        p->forward_seconds = omp_get_wtime() - start;
+        p->forward_cpu_seconds = thread_cpu_seconds() - cpu_start;
     }
-    if (model_forward(m, ctx, in, tg, &out) != DT_OK) return DT_ERR;
-    const double weight = (double)rows / (double)total_rows;
-    dt_tensor *objective = weight == 1.0 ? out.loss : ag_scale(ctx, out.loss, (float)weight);
-    const double middle = w == 0 ? omp_get_wtime() : 0.0, cpu_middle = w == 0 ? thread_cpu_seconds() : 0.0;
+    return status;
+}
+
+/* Backward of worker w's tape, the objective weighted by its rows' share of
+ * the batch's total_rows. */
+static dt_status worker_backward(train_parallel *p, int w, const int64_t *row_begin, int64_t total_rows) {
+    ag_ctx *ctx = &p->contexts[w];
+    const model_outputs *out = &p->outputs[w];
+    if (!out->loss) return DT_OK;
+    const double start = w == 0 ? omp_get_wtime() : 0.0, cpu_start = w == 0 ? thread_cpu_seconds() : 0.0;
+    const double weight = (double)(row_begin[w + 1] - row_begin[w]) / (double)total_rows;
+    dt_tensor *objective = weight == 1.0 ? out->loss : ag_scale(ctx, out->loss, (float)weight);
     if (ag_backward(ctx, objective) != DT_OK) return DT_ERR;
     if (w == 0) {
-        p->forward_seconds = middle - start;
-        p->backward_seconds = omp_get_wtime() - middle;
-        p->forward_cpu_seconds = cpu_middle - cpu_start;
-        p->backward_cpu_seconds = thread_cpu_seconds() - cpu_middle;
+        p->backward_seconds = omp_get_wtime() - start;
+        p->backward_cpu_seconds = thread_cpu_seconds() - cpu_start;
     }
-    *losses = (train_parallel_losses){
-        .objective = scalar_or_nan(out.loss),
-        .loss = scalar_or_nan(out.loss_reported),
-        .loss_primary = scalar_or_nan(out.loss_primary),
-        .loss_branch = scalar_or_nan(out.loss_branch),
-        .alpha = mean_or_nan(out.alpha),
-    };
     return DT_OK;
 }
 
+/* The MoE balance term of the whole batch (SPEC §1: f and the mean router
+ * probabilities are batch means, and the term is their product, so it does
+ * not split over rows). After every worker's forward: f of the batch is the
+ * row-weighted mean of the workers' f, and it replaces each worker's f where
+ * its balance terms' backward reads it; the gradient then is the whole
+ * batch's exactly. Returns the correction to add to the row-weighted mean of
+ * the workers' objectives to make it the whole batch's objective. */
+static double combine_balance(train_parallel *p, const int64_t *row_begin, int64_t total_rows) {
+    const model_config *c = &p->model->config;
+    int64_t layers = 0;
+    for (int w = 0; w < p->n_workers; w++)
+        if (p->outputs[w].loss) layers = p->outputs[w].moe_layers;
+    const int64_t E = c->n_expert;
+    double aux_workers = 0.0, aux_batch = 0.0;
+    for (int64_t l = 0; l < layers; l++) {
+        for (int64_t e = 0; e < E; e++) {
+            double f = 0.0, mean_prob = 0.0;
+            for (int w = 0; w < p->n_workers; w++) {
+                const model_outputs *out = &p->outputs[w];
+                if (!out->loss) continue;
+                const double weight = (double)(row_begin[w + 1] - row_begin[w]) / (double)total_rows;
+                f += weight * out->balance_fractions[l][e];
+                mean_prob += weight * out->router_mean_probs[l * E + e];
+            }
+            aux_batch += (double)E * f * mean_prob;
+            for (int w = 0; w < p->n_workers; w++)
+                if (p->outputs[w].loss) p->outputs[w].balance_fractions[l][e] = (float)f;
+        }
+    }
+    for (int w = 0; w < p->n_workers; w++) {
+        const model_outputs *out = &p->outputs[w];
+        if (!out->loss) continue;
+        const double weight = (double)(row_begin[w + 1] - row_begin[w]) / (double)total_rows;
+        aux_workers += weight * scalar_or_nan(out->aux);
+    }
+    /* aux is the mean over layers, weighted by aux_loss_coef in the objective. */
+    return c->aux_loss_coef * (aux_batch / (double)c->n_layer - aux_workers);
+}
+
 /* Runs every worker on its rows [row_begin[w], row_begin[w + 1]) of a batch
- * of total_rows rows, in one parallel region; *losses gets the row-weighted
- * means. */
+ * of total_rows rows in one parallel region (forward, then backward when
+ * `backward`; MoE adds a barrier between them for combine_balance); *losses
+ * gets the row-weighted means. */
 static dt_status run_workers(train_parallel *p, const dt_tensor *inputs, const dt_tensor *targets,
                              const int64_t *row_begin, int64_t total_rows, int backward, train_parallel_losses *losses) {
     const int workers = p->n_workers;
-    if (workers == 1) return worker_run(p, 0, inputs, targets, row_begin, total_rows, backward, losses);
-
+    const int is_moe = p->model->config.family == FAMILY_MOE;
     enum { MAX_WORKERS = 256 };
     if (workers > MAX_WORKERS) return dt_errorf("parallel step: %d workers (at most %d)", workers, MAX_WORKERS);
-    train_parallel_losses partial[MAX_WORKERS];
     dt_status status[MAX_WORKERS];
     char message[MESSAGE_SIZE] = "";
     int failed = -1;
-#pragma omp parallel num_threads(workers)
+    double objective_correction = 0.0;
+#pragma omp parallel num_threads(workers) if (workers > 1)
     {
         /* A runtime may hand out fewer threads than asked: then a thread takes several workers. */
         const int thread = omp_get_thread_num(), n_threads = omp_get_num_threads();
-        for (int w = thread; w < workers; w += n_threads) {
-            status[w] = worker_run(p, w, inputs, targets, row_begin, total_rows, backward, &partial[w]);
+        for (int w = thread; w < workers; w += n_threads) status[w] = worker_forward(p, w, inputs, targets, row_begin, backward);
+        if (is_moe && workers > 1) {
+#pragma omp barrier
+#pragma omp single
+            {
+                int all_ok = 1;
+                for (int w = 0; w < workers; w++) all_ok &= status[w] == DT_OK;
+                if (all_ok) objective_correction = combine_balance(p, row_begin, total_rows);
+            } /* implicit barrier: every f is the batch's before any backward */
+        }
+        if (backward)
+            for (int w = thread; w < workers; w += n_threads)
+                if (status[w] == DT_OK) status[w] = worker_backward(p, w, row_begin, total_rows);
+        for (int w = thread; w < workers; w += n_threads)
             if (status[w] != DT_OK) {
 #pragma omp critical(train_parallel_error)
                 if (failed < 0 || w < failed) {
@@ -338,19 +390,22 @@ static dt_status run_workers(train_parallel *p, const dt_tensor *inputs, const d
                     snprintf(message, sizeof message, "%s", dt_error_message());
                 }
             }
-        }
     }
     if (failed >= 0) return dt_errorf("%s", message);
     *losses = (train_parallel_losses){0};
     for (int w = 0; w < workers; w++) {
         const double weight = (double)(row_begin[w + 1] - row_begin[w]) / (double)total_rows;
-        if (weight == 0.0) continue;
-        losses->objective += weight * partial[w].objective;
-        losses->loss += weight * partial[w].loss;
-        losses->loss_primary += weight * partial[w].loss_primary;
-        losses->loss_branch += weight * partial[w].loss_branch;
-        losses->alpha += weight * partial[w].alpha;
+        if (!p->outputs[w].loss) continue;
+        const train_parallel_losses partial = losses_of(&p->outputs[w]);
+        losses->objective += weight * partial.objective;
+        losses->loss += weight * partial.loss;
+        losses->loss_primary += weight * partial.loss_primary;
+        losses->loss_branch += weight * partial.loss_branch;
+        losses->alpha += weight * partial.alpha;
     }
+    losses->objective += objective_correction;
+    if (!backward)
+        for (int w = 0; w < workers; w++) ag_reset(&p->contexts[w]);
     return DT_OK;
 }
 

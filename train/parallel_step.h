@@ -15,10 +15,13 @@
  * What it computes: the mean loss over the whole batch and its gradient,
  * exactly as model_forward + ag_backward on the whole batch would, up to the
  * rounding of summing per-thread partial gradients (each thread's loss is
- * weighted by its share of the rows). MoE models are the exception that is
- * not split (the Switch balance term is a product of two batch means, so it
- * does not decompose over rows): they, one-thread runs and batches of one
- * row run the plain path (kernels threaded per op).
+ * weighted by its share of the rows). The MoE balance term is a product of
+ * two batch means and does not split over rows: MoE steps add one barrier
+ * between the forward and the backward, where the workers' assignment
+ * fractions are combined into the batch's and handed back to every worker's
+ * balance terms, so their gradient (and the logged objective) is the whole
+ * batch's too. One-thread runs and batches of one row run the plain path
+ * (kernels threaded per op).
  *
  * Memory: each extra thread holds one extra copy of the gradients and its
  * own arena (the activations of its rows). Nothing allocates after the first
@@ -62,6 +65,7 @@ typedef struct train_parallel {
     double *chunk_sums;       /* [n_chunks] sums of squared gradients */
     float **muon_work;        /* [n_workers] Newton-Schulz workspaces (Muon only) */
     dt_tensor *input_views, *target_views; /* [n_workers] row views of the batch */
+    model_outputs *outputs;   /* [n_workers] each worker's last forward (its tensors live in its arena) */
     double forward_seconds, backward_seconds; /* worker 0's wall time in the last forward_backward (diagnostics) */
     double forward_cpu_seconds, backward_cpu_seconds; /* worker 0's thread CPU time, same (robust to a loaded machine) */
 } train_parallel;
