@@ -85,6 +85,12 @@ fi
 [ -n "$OUT" ] || OUT="$ROOT/experiments/results"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
+# Runs start from the repository root and name files relative to it, so the
+# committed commands and logs hold no machine's paths and rerun anywhere.
+if [ -n "${DBRANCH_BINARY:-}" ] && [ "${DBRANCH_BINARY#/}" = "$DBRANCH_BINARY" ]; then
+    DBRANCH_BINARY="$PWD/$DBRANCH_BINARY"
+fi
+cd "$ROOT"
 
 # shellcheck source=lib/common.sh
 . "$ROOT/experiments/lib/common.sh"

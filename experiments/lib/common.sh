@@ -45,6 +45,15 @@ exp_quick_sets() { # config file
     fi
 }
 
+# A path under the repository root, relative to it (run.sh runs from the
+# root); any other path unchanged.
+exp_relative() { # path
+    case "$1" in
+    "$ROOT"/*) printf '%s\n' "${1#"$ROOT"/}" ;;
+    *) printf '%s\n' "$1" ;;
+    esac
+}
+
 # Trains one (row, seed) of a study unless its log already holds the final
 # evaluation (so an interrupted study resumes where it stopped).
 #   exp_train STUDY ROW CONFIG CORPUS SEED [--set k=v ...]
@@ -57,8 +66,8 @@ exp_train() {
     [ "${TABLES_ONLY:-0}" = 1 ] && return 0
     local data
     data=$(exp_data "$corpus")
-    local args=(train --config "$ROOT/experiments/configs/$config" --set "data.path=$data" --set "train.seed=$seed"
-        --set train.checkpoint_every=0 --out "$dir" --threads "$THREADS")
+    local args=(train --config "experiments/configs/$config" --set "data.path=$(exp_relative "$data")"
+        --set "train.seed=$seed" --set train.checkpoint_every=0 --out "$(exp_relative "$dir")" --threads "$THREADS")
     if [ "$QUICK" = 1 ]; then
         exp_quick_sets "$ROOT/experiments/configs/$config"
         args+=("${QUICK_SETS[@]}")
