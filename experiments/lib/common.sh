@@ -91,6 +91,19 @@ exp_train() {
     fi
     rm -rf "$dir"
     mkdir -p "$dir"
+    # The same run finished in another study (the ablation and control
+    # studies share their base and branch rows): runs are deterministic, so
+    # its log is this run's; reused_from names it.
+    local same
+    same=$(exp_same_run "$command" "$dir")
+    if [ -n "$same" ] && [ "${KEEP_CHECKPOINT:-0}" != 1 ]; then
+        cp "$same"/log.jsonl "$same"/train.txt "$same"/seconds "$dir"/
+        printf '%s\n' "$command" >"$dir/command.txt"
+        exp_relative "$same" >"$dir/reused_from"
+        touch "$dir/done"
+        echo "   $study/$row/seed$seed: the same run as $(exp_relative "$same")" >&2
+        return 0
+    fi
     printf '%s\n' "$command" >"$dir/command.txt"
     echo "   $study/$row/seed$seed" >&2
     local start=$SECONDS
@@ -102,6 +115,21 @@ exp_train() {
     echo "$((SECONDS - start))" >"$dir/seconds"
     [ "${KEEP_CHECKPOINT:-0}" = 1 ] || rm -f "$dir/checkpoint.h5"
     touch "$dir/done"
+}
+
+# A finished run directory under OUT whose command equals COMMAND but for
+# its --out (none: empty). Only runs without a kept checkpoint qualify.
+exp_same_run() { # command dir
+    local wanted other candidate
+    wanted=$(printf '%s\n' "$1" | sed 's/ --out [^ ]* / --out - /')
+    for candidate in "$OUT"/*/*/seed*; do
+        [ "$candidate" != "$2" ] && [ -f "$candidate/done" ] && [ ! -f "$candidate/reused_from" ] || continue
+        other=$(sed 's/ --out [^ ]* / --out - /' "$candidate/command.txt" 2>/dev/null) || continue
+        if [ "$other" = "$wanted" ]; then
+            printf '%s\n' "$candidate"
+            return 0
+        fi
+    done
 }
 
 # The token budget a list of train arguments resolves to: the last --tokens,
