@@ -215,7 +215,7 @@ moe_row() { # name reference top_k top_k_branch routing|-
         local ms="null" loads="null" ratio="null"
         local checkpoint="$dir/seed$first_seed/checkpoint.h5"
         if [ -f "$checkpoint" ]; then
-            local bench_args=(bench decode --model "$checkpoint" --threads "$THREADS" --json)
+            local bench_args=(bench decode --model "$(exp_relative "$checkpoint")" --threads "$THREADS" --json)
             [ "$QUICK" = 1 ] && bench_args+=(--prompt-len 4 --tokens 8 --probe-mib 8) || bench_args+=(--prompt-len 32 --tokens 64)
             if "$DBRANCH" "${bench_args[@]}" >"$dir/bench.json" 2>"$dir/bench.txt"; then
                 local line
