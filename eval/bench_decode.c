@@ -25,7 +25,7 @@
 #include "kernels/gemm.h"
 #include "models/model_io.h"
 
-enum { N_MODES = 3, MAX_SETS = 32, PROBE_EVERY = 4 };
+enum { N_MODES = 3, MAX_SETS = 32, DEFAULT_PROBE_EVERY = 4 };
 
 typedef struct bench_options {
     const char *model_path;
@@ -38,6 +38,7 @@ typedef struct bench_options {
     int json;
     eval_matvec_path matvec;
     int64_t probe_mib;
+    int64_t probe_every; /* decode rounds per interleaved probe pass; 0: probe only before and after */
     int probe_passes;
     int prefill_repeats;
     int matvec_check;
@@ -49,6 +50,7 @@ typedef struct mode_result {
     double prefill_seconds;  /* median */
     double step_seconds;     /* median over decode steps */
     double best_step_seconds; /* fastest decode step */
+    double mean_step_seconds; /* total decode time / steps: what a generation loop's tokens/s sees */
     double bytes_per_token;  /* mean weight + KV bytes read per step */
     double weight_bytes, kv_bytes;
     double matrix_loads, expert_loads; /* mean per step */
@@ -74,12 +76,15 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: dbranch bench decode (--model CKPT.h5 | --config FILE.ini [--set KEY=VALUE]...)\n"
             "                            [--prompt-len P] [--tokens N] [--threads K] [--json]\n"
-            "                            [--matvec own|blis] [--matvec-check] [--probe-mib M] [--seed S]\n\n"
+            "                            [--matvec own|blis] [--matvec-check] [--probe-mib M] [--probe-every R]\n"
+            "                            [--seed S]\n\n"
             "Random weights (model_init_weights) with --config. Reports, for baseline (primary path only),\n"
             "grouped and un-grouped Decode-Branch decode: prefill tokens/s, decode ms/token (median),\n"
             "bytes read per token, effective GB/s against a read-bandwidth probe run in the same process,\n"
             "and the ratios to baseline. --json prints JSON on stdout (the table goes to stderr).\n"
-            "--matvec-check also times every primary matrix at M = 1, 2 with eval_matvec and with BLIS.\n");
+            "--matvec-check also times every primary matrix at M = 1, 2 with eval_matvec and with BLIS.\n"
+            "--probe-every R: one probe pass every R decode rounds for a model larger than the last-level cache\n"
+            "(default 4); 0 probes only before and after, so decoding runs uninterrupted like a generation loop.\n");
 }
 
 /* ---- model from a config file ([model] section, SPEC §4 keys) ------------- */
@@ -136,6 +141,7 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
                          .threads = 0,
                          .matvec = EVAL_MATVEC_OWN,
                          .probe_mib = EVAL_BANDWIDTH_DEFAULT_MIB,
+                         .probe_every = DEFAULT_PROBE_EVERY,
                          .probe_passes = 3,
                          .prefill_repeats = 5,
                          .seed = 1234};
@@ -168,6 +174,8 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
             o->threads = (int)n;
         } else if (!strcmp(a, "--probe-mib")) {
             if (!parse_int64(v, 1, &o->probe_mib)) return dt_errorf("--probe-mib %s: expected an integer >= 1", v);
+        } else if (!strcmp(a, "--probe-every")) {
+            if (!parse_int64(v, 0, &o->probe_every)) return dt_errorf("--probe-every %s: expected an integer >= 0", v);
         } else if (!strcmp(a, "--seed")) {
             if (!parse_int64(v, 0, &n)) return dt_errorf("--seed %s: expected an integer >= 0", v);
             o->seed = (uint64_t)n;
@@ -317,15 +325,16 @@ int bench_decode_main(int argc, char **argv) {
 
     /* The probe buffer lives through the run: a few passes first, then (for a
      * model larger than the last-level cache) one pass per prefill round and
-     * one every PROBE_EVERY decode rounds, interleaved with the work, so the
+     * one every --probe-every decode rounds, interleaved with the work, so the
      * yardstick sees the same machine as the measurement. Not every round: a
      * pass evicts the last-level cache, and steady decoding keeps part of the
      * weights there from one token to the next. A model that fits in the
-     * cache is measured cache-resident: its probe passes all come before and
-     * after. */
+     * cache is measured cache-resident, and --probe-every 0 runs decoding
+     * uninterrupted (as a generation loop does): the probe passes then all
+     * come before and after. */
     long llc_bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (llc_bytes <= 0) llc_bytes = 32L << 20;
-    int interleave = (double)model_param_count(&m, PARAM_PRIMARY) * 4.0 > (double)llc_bytes;
+    int interleave = o.probe_every > 0 && (double)model_param_count(&m, PARAM_PRIMARY) * 4.0 > (double)llc_bytes;
     if (eval_read_probe_init(&probe, o.probe_mib << 20) != DT_OK) goto fail;
     int n_probe = 0;
     for (int p = 0; p < o.probe_passes; p++) probe_gbps[n_probe++] = eval_read_probe_pass(&probe);
@@ -356,11 +365,14 @@ int bench_decode_main(int argc, char **argv) {
             results[i].matrix_loads += (double)s->traffic.matrix_loads / (double)o.n_tokens;
             results[i].expert_loads += (double)s->traffic.expert_loads / (double)o.n_tokens;
         }
-        if (interleave && t % PROBE_EVERY == PROBE_EVERY - 1) probe_gbps[n_probe++] = eval_read_probe_pass(&probe);
+        if (interleave && t % o.probe_every == o.probe_every - 1) probe_gbps[n_probe++] = eval_read_probe_pass(&probe);
     }
     for (int p = 0; p < (interleave ? 2 : o.probe_passes); p++) probe_gbps[n_probe++] = eval_read_probe_pass(&probe);
     double probe_best = eval_read_probe_best_gbps(&probe), probe_median = median(probe_gbps, n_probe);
     for (int i = 0; i < n_modes; i++) {
+        double total = 0.0;
+        for (int64_t t = 0; t < o.n_tokens; t++) total += step_times[i * o.n_tokens + t];
+        results[i].mean_step_seconds = total / (double)o.n_tokens;
         results[i].prefill_seconds = median(prefill_times + i * o.prefill_repeats, o.prefill_repeats);
         results[i].step_seconds = median(step_times + i * o.n_tokens, o.n_tokens); /* sorts: [0] is the fastest */
         results[i].best_step_seconds = step_times[i * o.n_tokens];
@@ -396,7 +408,9 @@ int bench_decode_main(int argc, char **argv) {
             "(%d passes of %lld MiB, %s)\n",
             (long long)o.prompt_len, (long long)o.n_tokens, o.matvec == EVAL_MATVEC_OWN ? "own" : "blis", probe_best,
             probe_median, n_probe, (long long)o.probe_mib,
-            interleave ? "interleaved with the run" : "before and after: the model fits in the last-level cache");
+            interleave              ? "interleaved with the run"
+            : o.probe_every == 0    ? "before and after: --probe-every 0"
+                                    : "before and after: the model fits in the last-level cache");
     fprintf(table, "%-10s %14s %14s %10s %12s %10s %8s %10s %8s\n", "mode", "prefill tok/s", "decode ms/tok", "tok/s",
             "MB read/tok", "GB/s", "% probe", "x baseline", "experts");
     for (int i = 0; i < n_modes; i++) {
@@ -410,6 +424,10 @@ int bench_decode_main(int argc, char **argv) {
     fprintf(table, "(ms/token: median over the run; GB/s: bytes read per token / median time; %% probe: of the best "
                    "probe pass; fastest steps: %.1f%% of the probe for baseline)\n",
             100.0 * results[0].bytes_per_token / results[0].best_step_seconds * 1e-9 / probe_best);
+    fprintf(table, "mean over all decode steps (total time / steps), tok/s:");
+    for (int i = 0; i < n_modes; i++)
+        fprintf(table, " %s %.2f", eval_decode_mode_name(results[i].mode), 1.0 / results[i].mean_step_seconds);
+    fprintf(table, "\n");
     if (o.matvec_check)
         fprintf(table, "matvec sweep over all primary matrices, GB/s: eval_matvec M=1 %.2f M=2 %.2f | BLIS M=1 %.2f M=2 %.2f\n",
                 matvec_gbps[0][0], matvec_gbps[0][1], matvec_gbps[1][0], matvec_gbps[1][1]);
@@ -427,8 +445,9 @@ int bench_decode_main(int argc, char **argv) {
         printf(" \"threads\": %d, \"prompt_len\": %lld, \"tokens\": %lld, \"matvec\": \"%s\",\n", threads,
                (long long)o.prompt_len, (long long)o.n_tokens, o.matvec == EVAL_MATVEC_OWN ? "own" : "blis");
         printf(" \"probe\": {\"best_gbps\": %.3f, \"median_gbps\": %.3f, \"mib\": %lld, \"passes\": %d, "
-               "\"interleaved\": %s, \"llc_bytes\": %ld},\n",
-               probe_best, probe_median, (long long)o.probe_mib, n_probe, interleave ? "true" : "false", llc_bytes);
+               "\"interleaved\": %s, \"every\": %lld, \"llc_bytes\": %ld},\n",
+               probe_best, probe_median, (long long)o.probe_mib, n_probe, interleave ? "true" : "false",
+               (long long)o.probe_every, llc_bytes);
         printf(" \"modes\": [");
         for (int i = 0; i < n_modes; i++) {
             const mode_result *r = &results[i];
@@ -436,12 +455,14 @@ int bench_decode_main(int argc, char **argv) {
             double gbps_best = r->bytes_per_token / r->best_step_seconds * 1e-9;
             printf("%s\n  {\"mode\": \"%s\", \"prefill_tokens_per_s\": %.2f, \"prefill_ms\": %.3f, "
                    "\"decode_ms_per_token\": %.4f, \"decode_ms_best\": %.4f, \"decode_tokens_per_s\": %.3f, "
+                   "\"decode_ms_mean\": %.4f, \"decode_tokens_per_s_mean\": %.3f, "
                    "\"bytes_per_token\": %.0f, \"weight_bytes_per_token\": %.0f, \"kv_read_bytes_per_token\": %.0f, "
                    "\"matrix_loads_per_token\": %.1f, \"expert_loads_per_token\": %.2f, \"effective_gbps\": %.3f, "
                    "\"fraction_of_probe\": %.4f, \"fraction_of_probe_fastest_step\": %.4f, "
                    "\"ms_ratio_to_baseline\": %.4f}",
                    i ? "," : "", eval_decode_mode_name(r->mode), (double)o.prompt_len / r->prefill_seconds,
                    r->prefill_seconds * 1e3, r->step_seconds * 1e3, r->best_step_seconds * 1e3, 1.0 / r->step_seconds,
+                   r->mean_step_seconds * 1e3, 1.0 / r->mean_step_seconds,
                    r->bytes_per_token, r->weight_bytes, r->kv_bytes, r->matrix_loads, r->expert_loads, gbps,
                    gbps / probe_best, gbps_best / probe_best, r->step_seconds / results[0].step_seconds);
         }

@@ -15,8 +15,9 @@
  *
  * Threads: a step runs as one team (eval/team.h): every thread executes
  * forward_rows(); the products are split over the team, the small serial parts
- * (norms, RoPE, coupling, residuals, routing) run on one thread inside
- * EVAL_TEAM_SERIAL, and attention is split by kv head. Traffic is counted in
+ * (norms, coupling, residuals, routing) run on one thread inside
+ * EVAL_TEAM_SERIAL, and attention is split by kv head (each item also applies
+ * RoPE and the query coupling to its own heads). Traffic is counted in
  * code every thread runs, by the team leader only. With matvec = BLIS the step
  * runs on the caller (BLIS threads itself) and the same code degenerates to a
  * plain sequence. */
@@ -83,9 +84,11 @@ const char *eval_decode_mode_name(eval_decode_mode mode) {
 /* ---- session memory ------------------------------------------------------ */
 
 /* Stages of one step (the team's counters), an upper bound: per
- * forward_rows() pass 3 outside the layers (embedding, final norm, head) and
- * per layer 10 for a dense FFN, or 9 plus at most 4 per (row, expert) pair for
- * MoE (top_k + top_k_branch pairs); two passes when un-grouped. */
+ * forward_rows() pass 2 outside the layers (embedding + first norm, head) and
+ * per layer 8 for a dense FFN, or 7 plus at most 4 per (row, expert) pair for
+ * MoE (top_k + top_k_branch pairs); two passes when un-grouped. The bound
+ * below keeps a margin (3 and 10 / 9 + 4 per pair); tests check no step
+ * overflows it. */
 static int64_t team_stages(const shapes *d) {
     int64_t per_layer = d->moe ? 9 + 4 * (d->top_k + d->top_k_branch) : 10;
     return 2 * (3 + d->L * per_layer) + 8;
@@ -275,10 +278,27 @@ static void rows_linear(eval_decode_session *s, float *out, const float *in, int
 static void norm(eval_decode_session *s, float *out, float *mean, float *rstd, const float *in,
                  const dt_tensor *weight, const dt_tensor *bias, int64_t M, int64_t C) {
     float eps = (float)s->model->config.norm_eps;
-    if (s->model->config.family == FAMILY_NANOGPT)
+    if (s->model->config.family == FAMILY_NANOGPT) {
         k_layernorm_forward(out, mean, rstd, in, data_of(weight), data_of(bias), M, C, eps);
-    else
+    } else if (M <= 2) {
+        /* The decode rows: k_rmsnorm_forward's arithmetic inlined. This runs
+         * in serial stages inside the step team, where the kernel's OpenMP
+         * region (inactive there) still costs about 1 us per call, as much as
+         * the norm itself at C = 288. */
+        const float *w = data_of(weight);
+        for (int64_t i = 0; i < M; i++) {
+            const float *x = in + i * C;
+            float *y = out + i * C;
+            double sum_sq = 0.0;
+#pragma omp simd reduction(+ : sum_sq)
+            for (int64_t j = 0; j < C; j++) sum_sq += (double)x[j] * (double)x[j];
+            float r = (float)(1.0 / sqrt(sum_sq / (double)C + (double)eps));
+            for (int64_t j = 0; j < C; j++) y[j] = x[j] * r * w[j];
+            rstd[i] = r;
+        }
+    } else {
         k_rmsnorm_forward(out, rstd, in, data_of(weight), M, C, eps);
+    }
 }
 
 /* What a norm reads: its weight (and bias). */
@@ -419,21 +439,73 @@ static void ffn_moe_rows(eval_decode_session *s, int64_t l, int row0, int n_rows
     }
 }
 
-/* Attention of n_rows query rows at position pos over the cache, one kv head
- * (and its group of query heads) per work item, so the team splits it. */
+/* RoPE (SPEC §1) on n_heads consecutive heads of width hd at position pos, in
+ * place: the arithmetic of k_rope_forward (same table, [n_pos, hd/2, 2]
+ * cos/sin), inlined because it runs per head inside attention items, where a
+ * kernel call would open (and close) a nested OpenMP region per head. */
+// x [n_heads, hd]
+static void rotate_heads(float *x, const float *table, int64_t pos, int64_t n_heads, int64_t hd) {
+    const int64_t half = hd / 2;
+    const float *angles = table + pos * half * 2; /* [half, 2] for this position */
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *head = x + h * hd;
+        for (int64_t j = 0; j < half; j++) {
+            float c = angles[2 * j], sn = angles[2 * j + 1];
+            float x0 = head[2 * j], x1 = head[2 * j + 1];
+            head[2 * j] = x0 * c - x1 * sn;
+            head[2 * j + 1] = x0 * sn + x1 * c;
+        }
+    }
+}
+
+/* What has to happen between the Q/K/V products and attention, for the query
+ * heads that read kv heads [kv_begin, kv_end) (SPEC §2): the primary row
+ * saves its query before RoPE as q1 and rotates the new key row at pos; the
+ * branch row's query is coupled to q1; then RoPE on the queries. It only
+ * touches those heads, so the attention item of a kv head does it for its own
+ * heads: no separate serial stage (one synchronisation less per layer). */
+static void prepare_heads(eval_decode_session *s, int64_t l, int64_t pos, int row0, int n_rows, int64_t kv_begin,
+                          int64_t kv_end) {
+    const model *m = s->model;
+    shapes d = shapes_of(m);
+    const model_layer *layer = &m->layers[l];
+    const int64_t group = d.H / d.Hkv, q_begin = kv_begin * group * d.hd, q_len = (kv_end - kv_begin) * group * d.hd;
+    float *q = s->rows.q, *q1 = s->q1 + l * d.qdim;
+    if (row0 == 0) {
+        float *k_row = s->k_cache + (l * s->n_pos_max + pos) * d.kvdim; // [Hkv*hd]
+        memcpy(q1 + q_begin, q + q_begin, (size_t)q_len * sizeof(float)); /* before RoPE */
+        if (d.rope) rotate_heads(k_row + kv_begin * d.hd, m->rope_table, pos, kv_end - kv_begin, d.hd);
+    }
+    if (row0 + n_rows == 2 && layer->couple_q) { /* branch: q2 += couple_q ⊙ q1 on these heads */
+        const float *couple = data_of(layer->couple_q) + q_begin;
+        float *q2 = q + d.qdim + q_begin;
+        for (int64_t i = 0; i < q_len; i++) q2[i] += couple[i] * q1[q_begin + i];
+    }
+    if (d.rope)
+        for (int row = row0; row < row0 + n_rows; row++)
+            rotate_heads(q + row * d.qdim + q_begin, m->rope_table, pos, (kv_end - kv_begin) * group, d.hd);
+}
+
+/* Attention of the rows [row0, row0 + n_rows) at position pos over the cache
+ * of layer l, one kv head (and its group of query heads) per work item, so
+ * the team splits it; each item first prepares its heads (prepare_heads). */
 typedef struct attention_args {
+    eval_decode_session *s;
+    int64_t l, pos;
+    int row0, n_rows;
     float *out;            /* [n_rows, H*hd] */
     const float *q;        /* [n_rows, H*hd] */
     const float *k_cache;  /* [n_pos_max, Hkv*hd] */
     const float *v_cache;  /* [n_pos_max, Hkv*hd] */
     float *scratch;        /* [n_rows, H, n_pos_max] */
-    int64_t n_rows, pos, H, Hkv, hd, n_pos_max;
+    int64_t H, Hkv, hd, n_pos_max;
 } attention_args;
 
 static void attention_kv_head(int64_t kv_head, void *arg) {
     const attention_args *a = arg;
     const int64_t group = a->H / a->Hkv, qdim = a->H * a->hd, kvdim = a->Hkv * a->hd, n_pos = a->pos + 1;
     const float scale = (float)(1.0 / sqrt((double)a->hd));
+    prepare_heads(a->s, a->l, a->pos, a->row0, a->n_rows, kv_head, kv_head + 1);
     for (int64_t row = 0; row < a->n_rows; row++)
         for (int64_t h = kv_head * group; h < (kv_head + 1) * group; h++) {
             const float *q = a->q + row * qdim + h * a->hd;
@@ -457,29 +529,40 @@ static void attention_kv_head(int64_t kv_head, void *arg) {
         }
 }
 
-// out, q [n_rows, H*hd]; k_cache, v_cache [n_pos_max, Hkv*hd]
-static void attention_rows(eval_decode_session *s, float *out, const float *q, const float *k_cache,
-                           const float *v_cache, int n_rows, int64_t pos) {
+/* Attention of rows [row0, row0 + n_rows) at layer l, position pos; the
+ * queries (rows.q) come straight from the Wq product (prepare_heads runs here). */
+static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int row0, int n_rows) {
     shapes d = shapes_of(s->model);
+    float *out = s->rows.y + row0 * d.qdim, *q = s->rows.q + row0 * d.qdim;
+    const float *k_cache = s->k_cache + l * s->n_pos_max * d.kvdim, *v_cache = s->v_cache + l * s->n_pos_max * d.kvdim;
     count(s, &s->traffic.kv_read_bytes, 2.0 * (double)(pos + 1) * (double)d.kvdim * 4.0);
     if (!eval_team_active()) { /* the kernel, threaded by itself */
+        prepare_heads(s, l, pos, row0, n_rows, 0, d.Hkv);
         k_attention_decode(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, s->rows.attn_scratch);
         return;
     }
-    attention_args a = {out, q, k_cache, v_cache, s->rows.attn_scratch, n_rows, pos, d.H, d.Hkv, d.hd, s->n_pos_max};
+    attention_args a = {.s = s, .l = l, .pos = pos, .row0 = row0, .n_rows = n_rows, .out = out, .q = q,
+                        .k_cache = k_cache, .v_cache = v_cache, .scratch = s->rows.attn_scratch, .H = d.H,
+                        .Hkv = d.Hkv, .hd = d.hd, .n_pos_max = s->n_pos_max};
     eval_team_for(&s->team, d.Hkv, attention_kv_head, &a);
 }
 
 /* Decode position `pos` for rows [row0, row0 + n_rows) with input token `token`:
  * row 0 (primary) writes K/V at pos and keeps q1, z1, m1, router logits; row 1
  * (branch) reads them. Leaves the rows' logits in s->logits. Run by every
- * thread of the step's team. */
+ * thread of the step's team.
+ *
+ * Stages per dense layer: Q/K/V products; attention (RoPE inside); Wo;
+ * residual + FFN norm; W1, W3; activation; W2; residual + the NEXT norm (the
+ * next layer's attention norm, or the final norm after the last layer), so
+ * no stage is spent on a norm alone. */
 static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int row0, int n_rows) {
     const model *m = s->model;
     shapes d = shapes_of(m);
     eval_decode_rows *r = &s->rows;
     eval_team *team = &s->team;
     int has_branch_row = row0 + n_rows == 2;
+    float *h = r->h + row0 * d.C, *x = r->x + row0 * d.C;
 
     EVAL_TEAM_SERIAL(team) {
         for (int row = row0; row < row0 + n_rows; row++) { /* g = emb[x_t] (+ pos_emb[t]) */
@@ -487,16 +570,15 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             memcpy(r->h + row * d.C, emb, (size_t)d.C * sizeof(float));
             if (m->pos_emb) k_accumulate(r->h + row * d.C, data_of(m->pos_emb) + pos * d.C, d.C);
         }
+        norm(s, x, r->mean, r->rstd, h, m->layers[0].attn_norm, m->layers[0].attn_norm_bias, n_rows, d.C);
     }
     count_weight(s, n_rows * d.C * (m->pos_emb ? 2 : 1));
-    float *h = r->h + row0 * d.C, *x = r->x + row0 * d.C;
     for (int64_t l = 0; l < d.L; l++) {
         const model_layer *layer = &m->layers[l];
         const model_block_weights *p = &layer->primary, *b = &layer->branch;
         float *k_cache = s->k_cache + l * s->n_pos_max * d.kvdim, *v_cache = s->v_cache + l * s->n_pos_max * d.kvdim;
 
-        EVAL_TEAM_SERIAL(team) norm(s, x, r->mean, r->rstd, h, layer->attn_norm, layer->attn_norm_bias, n_rows, d.C);
-        count_norm(s, layer->attn_norm, layer->attn_norm_bias);
+        count_norm(s, layer->attn_norm, layer->attn_norm_bias); /* x = attention norm of h: computed above */
         rows_linear(s, r->q, r->x, row0, n_rows, p->wq, p->wq_bias, b->wq, b->wq_bias, d.C, d.qdim);
         if (row0 == 0) { /* K, V of the primary row only, straight into the cache */
             queue_linear(s, k_cache + pos * d.kvdim, r->x, data_of(p->wk), data_of(p->wk_bias), 1, d.C, d.kvdim);
@@ -504,16 +586,8 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             count(s, &s->traffic.kv_write_bytes, 2.0 * (double)d.kvdim * 4.0);
         }
         flush(s); /* Wq (both rows), Wk, Wv in one stage */
-        EVAL_TEAM_SERIAL(team) {
-            if (row0 == 0) {
-                memcpy(s->q1 + l * d.qdim, r->q, (size_t)d.qdim * sizeof(float)); /* before RoPE */
-                if (d.rope) k_rope_forward(k_cache + pos * d.kvdim, m->rope_table, 1, 1, pos, d.Hkv, d.hd);
-            }
-            if (has_branch_row) add_coupling(r->q + d.qdim, layer->couple_q, s->q1 + l * d.qdim, d.qdim);
-            if (d.rope) k_rope_forward(r->q + row0 * d.qdim, m->rope_table, n_rows, 1, pos, d.H, d.hd);
-        }
         /* both queries in one pass over the cache */
-        attention_rows(s, r->y + row0 * d.qdim, r->q + row0 * d.qdim, k_cache, v_cache, n_rows, pos);
+        attention_rows(s, l, pos, row0, n_rows);
         rows_linear(s, r->o, r->y, row0, n_rows, p->wo, p->wo_bias, b->wo, b->wo_bias, d.qdim, d.C);
         flush(s);
         EVAL_TEAM_SERIAL(team) {
@@ -529,9 +603,13 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             if (row0 == 0) memcpy(s->m1 + l * d.C, r->m, (size_t)d.C * sizeof(float));
             if (has_branch_row) add_coupling(r->m + d.C, layer->couple_out, s->m1 + l * d.C, d.C);
             k_accumulate(h, r->m + row0 * d.C, n_rows * d.C);
+            if (l + 1 < d.L)
+                norm(s, x, r->mean, r->rstd, h, m->layers[l + 1].attn_norm, m->layers[l + 1].attn_norm_bias, n_rows,
+                     d.C);
+            else
+                norm(s, x, r->mean, r->rstd, h, m->final_norm, m->final_norm_bias, n_rows, d.C);
         }
     }
-    EVAL_TEAM_SERIAL(team) norm(s, x, r->mean, r->rstd, h, m->final_norm, m->final_norm_bias, n_rows, d.C);
     count_norm(s, m->final_norm, m->final_norm_bias);
     rows_linear(s, s->logits, r->x, row0, n_rows, m->lm_head, NULL, m->lm_head, NULL, d.C, d.V);
     flush(s);

@@ -13,18 +13,16 @@
 #include "data/tokens.h"
 #include "eval/eval_loss.h"
 #include "models/model_io.h"
+#include "support/run_dbranch.h"
 #include "test_eval_util.h"
 
 static char dir[256];
-static char out_path[300], err_path[300];
 
 static void setup(void) {
     snprintf(dir, sizeof dir, "/tmp/dbranch_test_eval_cli_%d", (int)getpid());
     char cmd[512];
     snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
     cr_assert(system(cmd) == 0);
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
 }
 
 static void teardown(void) {
@@ -33,27 +31,8 @@ static void teardown(void) {
     if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot read %s", path);
-    char *buf = calloc(1 << 16, 1);
-    size_t n = fread(buf, 1, (1 << 16) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-/* Runs `dbranch ARGS`; returns the exit code, stdout/stderr in *out, *err (caller frees). */
-static int run(const char *args, char **out, char **err) {
-    const char *binary = getenv("DBRANCH_BINARY");
-    cr_assert(binary && access(binary, X_OK) == 0, "DBRANCH_BINARY (%s) is not built", binary ? binary : "unset");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 '%s' %s >%s 2>%s", binary, args, out_path, err_path);
-    int status = system(cmd);
-    *out = slurp(out_path);
-    *err = slurp(err_path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+/* Runs `dbranch ARGS` on one thread; returns the exit code, stdout/stderr in *out, *err (caller frees). */
+static int run(const char *args, char **out, char **err) { return test_run_dbranch("OMP_NUM_THREADS=1", args, out, err); }
 
 static void write_model(const char *name, const char *spec, char *path, size_t size) {
     snprintf(path, size, "%s/%s", dir, name);
