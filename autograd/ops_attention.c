@@ -60,8 +60,17 @@ static void attention_backward(ag_ctx *ctx, ag_node *node) {
     int64_t scratch_floats = k_attention_backward_scratch(B, T, H, Hkv, head_dim);
     float *scratch = ag_scratch(ctx, (size_t)(scratch_floats > 0 ? scratch_floats : 1) * sizeof(float));
     if (!scratch) return; /* out of memory: the arena recorded why; gradients stay partial */
-    k_attention_backward(ag_grad(ctx, q), ag_grad(ctx, k), ag_grad(ctx, v), out->grad, dt_f32(q), dt_f32(k), dt_f32(v),
-                         dt_f32(out), lse, B, T, H, Hkv, head_dim, scratch);
+    if (q == k || q == v || k == v) { /* one tensor in two roles: its gradient takes both sums */
+        k_attention_backward(ag_grad(ctx, q), ag_grad(ctx, k), ag_grad(ctx, v), out->grad, dt_f32(q), dt_f32(k),
+                             dt_f32(v), dt_f32(out), lse, B, T, H, Hkv, head_dim, scratch);
+        return;
+    }
+    /* Fresh gradient buffers are written, not zero-filled and added to. */
+    int accumulate_q, accumulate_k, accumulate_v;
+    float *d_q = ag_grad_for_write(ctx, q, &accumulate_q), *d_k = ag_grad_for_write(ctx, k, &accumulate_k),
+          *d_v = ag_grad_for_write(ctx, v, &accumulate_v);
+    k_attention_backward_into(d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, out->grad, dt_f32(q), dt_f32(k),
+                              dt_f32(v), dt_f32(out), lse, B, T, H, Hkv, head_dim, scratch);
 }
 
 dt_tensor *ag_attention(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tensor *v, int64_t n_head, int64_t n_kv_head) {

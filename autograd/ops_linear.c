@@ -144,16 +144,17 @@ static void mlp_gelu_backward(ag_ctx *ctx, ag_node *node) {
         if (accumulate) k_accumulate(d_residual, d_out, residual->size);
         else k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
     }
-    float *hidden = ag_temp(ctx, M * F); /* [M,F]: gelu(pre), then its gradient, then d_pre */
-    if (!hidden) return;                 /* out of memory: the arena recorded why */
-    k_bias_gelu_forward(hidden, dt_f32(pre), NULL, M, F); /* the forward's GELU output, recomputed */
+    float *hidden = ag_temp(ctx, M * F);   /* [M,F] gelu(pre), the forward's GELU output recomputed */
+    float *d_hidden = ag_temp(ctx, M * F); /* [M,F] d_out proj, then d_pre in place */
+    if (!hidden || !d_hidden) return;      /* out of memory: the arena recorded why */
+    k_gemm(0, 0, M, F, C, 1.0f, d_out, C, dt_f32(proj), F, 0.0f, d_hidden, F);
+    /* one sweep over pre: the GELU output and d_pre from the same gates, d_b_fc += column sums */
+    k_gelu_recompute_backward(hidden, d_hidden, ag_grad(ctx, fc_bias), d_hidden, dt_f32(pre), M, F);
     /* proj: d_W += d_out^T hidden, d_b += column sums of d_out */
     k_linear_backward(NULL, ag_grad(ctx, proj), ag_grad(ctx, proj_bias), d_out, hidden, dt_f32(proj), M, F, C);
-    /* d_hidden = d_out proj, over the hidden values no longer needed; then d_pre in place */
-    k_gemm(0, 0, M, F, C, 1.0f, d_out, C, dt_f32(proj), F, 0.0f, hidden, F);
-    k_bias_gelu_backward(hidden, 0, ag_grad(ctx, fc_bias), hidden, dt_f32(pre), M, F);
-    linear_gradients(ctx, x, fc, NULL, hidden); /* d_x, d_W_fc */
     ag_temp_release(ctx, hidden);
+    linear_gradients(ctx, x, fc, NULL, d_hidden); /* d_x, d_W_fc */
+    ag_temp_release(ctx, d_hidden);
 }
 
 dt_tensor *ag_mlp_gelu(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor *fc, dt_tensor *fc_bias,

@@ -185,6 +185,55 @@ void k_bias_gelu_backward(float *d_pre, int accumulate, float *d_bias, const flo
     }
 }
 
+/* hidden, d_pre, d_hidden, pre [M,N]; d_bias [N] or NULL. The column blocks
+ * and row order of k_bias_gelu_backward (so d_bias sums alike), with the GELU
+ * output stored from the same gate: ag_mlp_gelu's backward reads pre once
+ * and computes each gate once instead of twice. */
+void k_gelu_recompute_backward(float *hidden, float *d_pre, float *d_bias, const float *d_hidden, const float *pre,
+                               int64_t M, int64_t N) {
+    const int64_t n_blocks = (N + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+#pragma omp parallel for schedule(static) if (M * N > PARALLEL_MIN_ELEMENTS)
+    for (int64_t block = 0; block < n_blocks; block++) {
+        const int64_t j0 = block * COLUMN_BLOCK, width = N - j0 < COLUMN_BLOCK ? N - j0 : COLUMN_BLOCK;
+        float column_sum[COLUMN_BLOCK] = {0};
+        for (int64_t i = 0; i < M; i++) {
+            const float *x = pre + i * N + j0, *dy = d_hidden + i * N + j0;
+            float *dx = d_pre + i * N + j0, *y = hidden + i * N + j0;
+#if defined(__AVX512F__)
+            for (int64_t j = 0; j < width; j += 16) {
+                const __mmask16 lanes = tail_mask(j, width);
+                const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + j), s = gelu_gate16(xv);
+                _mm512_mask_storeu_ps(y + j, lanes, _mm512_mul_ps(xv, s));
+                const __m512 du_dx = _mm512_mul_ps(_mm512_set1_ps(GELU_SQRT_2_OVER_PI),
+                                                   _mm512_fmadd_ps(_mm512_set1_ps(3.0f * GELU_CUBIC),
+                                                                   _mm512_mul_ps(xv, xv), _mm512_set1_ps(1.0f)));
+                const __m512 spread = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), xv), s),
+                                                    _mm512_sub_ps(_mm512_set1_ps(1.0f), s));
+                /* a masked product, which GCC does not contract into the FMAs below: g is rounded on
+                 * its own, as in k_bias_gelu_backward, so d_pre and d_bias match it bit for bit */
+                const __m512 g = _mm512_maskz_mul_ps(lanes, _mm512_maskz_loadu_ps(lanes, dy + j),
+                                                     _mm512_fmadd_ps(spread, du_dx, s));
+                /* 0 + g, as k_bias_gelu_backward writes it (a -0 gradient comes out +0 there too) */
+                _mm512_mask_storeu_ps(dx + j, lanes, _mm512_add_ps(_mm512_setzero_ps(), g));
+                _mm512_storeu_ps(column_sum + j, _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
+            }
+#else
+#pragma omp simd
+            for (int64_t j = 0; j < width; j++) {
+                const float s = gelu_gate(x[j]);
+                const float du_dx = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * x[j] * x[j]);
+                const float g = dy[j] * (s + 2.0f * x[j] * s * (1.0f - s) * du_dx);
+                y[j] = x[j] * s;
+                dx[j] = g;
+                column_sum[j] += g;
+            }
+#endif
+        }
+        if (d_bias)
+            for (int64_t j = 0; j < width; j++) d_bias[j0 + j] += column_sum[j];
+    }
+}
+
 /* in, out [n]; out = x * sigmoid(x) */
 void k_silu_forward(float *out, const float *in, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > PARALLEL_MIN_ELEMENTS)

@@ -22,6 +22,13 @@ void k_bias_gelu_couple_forward(float *out, float *pre, const float *bias, const
  * order: deterministic for any thread count. */
 void k_bias_gelu_backward(float *d_pre, int accumulate, float *d_bias, const float *d_out, const float *pre, int64_t M,
                           int64_t N);
+/* The backward of a GELU whose output was not kept, in one sweep over pre
+ * [M,N]: hidden [M,N] = gelu(pre), the numbers k_bias_gelu_forward (no bias)
+ * gives, and d_pre [M,N] = d_hidden ⊙ gelu'(pre), those of
+ * k_bias_gelu_backward with accumulate = 0; d_bias [N] += column sums (may be
+ * NULL). d_pre may be d_hidden. */
+void k_gelu_recompute_backward(float *hidden, float *d_pre, float *d_bias, const float *d_hidden, const float *pre,
+                               int64_t M, int64_t N);
 
 /* out[n] = x * sigmoid(x) */
 void k_silu_forward(float *out, const float *in, int64_t n);

@@ -21,7 +21,12 @@
  * reuses them for every query head of the group and every query tile.
  * Right operands are padded with zeros to a whole number of vectors (16
  * floats with AVX-512); when head_dim already is one, q, k, v, d_out and d_q
- * are used in place, without copies.
+ * are used in place, without copies. With AVX-512 the transposes go through
+ * 16 x 16 register blocks; on the diagonal tile the forward skips the wholly
+ * masked score vectors, and the masks themselves are vector selects (at
+ * T = 64, hd = 32, nanoGPT-baby's shape, the scalar transposes and masks had
+ * been a third of the time). Products whose C is at most 2 vectors wide (P·V,
+ * dS·K, dS^T·Q, P^T·dO at hd = 32) use 8-row register blocks.
  *
  * Determinism: every output element is produced by one thread in a fixed tile
  * order, whatever the thread count, so results are bit-identical across runs
@@ -35,6 +40,10 @@
 #include <string.h>
 
 #include "core/error.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* Queries and keys per tile. Equal on purpose: only the diagonal tile of a
  * query tile needs the causal mask, and the keys past T only ever appear in a
@@ -127,14 +136,24 @@ static inline vecf vec_exp2(vecf x) {
     return p * two_n;
 }
 
+/* Rows of C per register block when C is at most 2 vectors wide (head_dim
+ * 32 with AVX-512: P·V, dS·K, dS^T·Q, P^T·dO): 8 x 2 accumulators use the 32
+ * zmm registers as well as 4 x 4 do, where 4 x 2 would leave half the FMA
+ * throughput to the loads. With AVX2 (16 registers) 4 rows already fill them. */
+#if defined(__AVX512F__)
+#define NARROW_ROWS 8
+#else
+#define NARROW_ROWS 4
+#endif
+
 /* One register block of the tile product: ROWS rows x VECS vectors of C.
  * Always inlined with constant ROWS/VECS, so the accumulators live in
- * registers (4 x 4 zmm for the main block). */
+ * registers (4 x 4 zmm for the main block, NARROW_ROWS x 2 for narrow C). */
 static inline __attribute__((always_inline)) void matmul_block(int rows, int vecs, int accumulate, int k,
                                                                const float *restrict A, int64_t a_row, int64_t a_col,
                                                                const float *restrict B, int64_t ldb, float *restrict C,
                                                                int64_t ldc) {
-    vecf acc[4][4];
+    vecf acc[NARROW_ROWS][4];
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < vecs; c++)
             acc[r][c] = accumulate ? vec_load(C + r * ldc + c * VEC) : vec_splat(0.0f);
@@ -196,8 +215,9 @@ static inline __attribute__((always_inline)) void matmul_row_block(int rows, int
  * strides); B and C are row-major with row strides ldb, ldc; n % VEC == 0. */
 static void tile_matmul(int accumulate, causal_part part, int m, int n, int k, const float *restrict A, int64_t a_row,
                         int64_t a_col, const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc) {
+    const int narrow = n <= 2 * VEC;
     for (int i = 0; i < m;) {
-        const int rows = m - i >= 4 ? 4 : 1;
+        const int rows = narrow && m - i >= NARROW_ROWS ? NARROW_ROWS : m - i >= 4 ? 4 : 1;
         int j_begin = 0, j_end = n, p_begin = 0, p_end = k;
         if (part == COLUMNS_FROM_ROW) j_begin = i / VEC * VEC;
         if (part == COLUMNS_UP_TO_ROW) j_end = (int)round_up(i + rows, VEC) < n ? (int)round_up(i + rows, VEC) : n;
@@ -206,7 +226,15 @@ static void tile_matmul(int accumulate, causal_part part, int m, int n, int k, c
         const float *a = A + i * a_row + p_begin * a_col;
         const float *b = B + p_begin * ldb;
         float *c = C + i * ldc;
-        if (rows == 4)
+        if (rows == NARROW_ROWS && narrow) {
+            /* n <= 2 vectors: one block of 2 or 1 vectors */
+            if (j_end - j_begin == 2 * VEC)
+                matmul_block(NARROW_ROWS, 2, accumulate, p_end - p_begin, a, a_row, a_col, b + j_begin, ldb,
+                             c + j_begin, ldc);
+            else if (j_end - j_begin == VEC)
+                matmul_block(NARROW_ROWS, 1, accumulate, p_end - p_begin, a, a_row, a_col, b + j_begin, ldb,
+                             c + j_begin, ldc);
+        } else if (rows == 4)
             matmul_row_block(4, accumulate, j_begin, j_end, p_end - p_begin, a, a_row, a_col, b, ldb, c, ldc);
         else
             matmul_row_block(1, accumulate, j_begin, j_end, p_end - p_begin, a, a_row, a_col, b, ldb, c, ldc);
@@ -244,10 +272,58 @@ static void load_rows_padded(float *restrict dst, int hd_pad, const float *restr
     }
 }
 
+#if defined(__AVX512F__)
+/* Transposes the 16 x 16 block held in rows[0..15] in place (rows[j] then
+ * holds column j): pairs, then quads within 128-bit lanes, then lanes. */
+static inline void transpose16(__m512 rows[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        rows[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        rows[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        rows[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        rows[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    /* rows[4g + j], lane l: column 4l + j of source rows 4g..4g+3 */
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(rows[i], rows[4 + i], 0x88);
+        t[4 + i] = _mm512_shuffle_f32x4(rows[i], rows[4 + i], 0xDD);
+        t[8 + i] = _mm512_shuffle_f32x4(rows[8 + i], rows[12 + i], 0x88);
+        t[12 + i] = _mm512_shuffle_f32x4(rows[8 + i], rows[12 + i], 0xDD);
+    }
+    for (int i = 0; i < 4; i++) {
+        rows[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        rows[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+        rows[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+        rows[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
+    }
+}
+#endif
+
 /* dst [hd, TILE] = scale * (n_rows rows of src, row stride ld)^T; columns past
  * n_rows are zero. */
 static void load_transposed(float *restrict dst, const float *restrict src, int64_t ld, int n_rows, int hd,
                             float scale) {
+#if defined(__AVX512F__)
+    /* 16 x 16 blocks through registers: rows past n_rows and columns past hd
+     * are loaded as zeros, so the padding comes out of the same stores. */
+    const __m512 scale16 = _mm512_set1_ps(scale);
+    for (int r0 = 0; r0 < TILE; r0 += 16)
+        for (int d0 = 0; d0 < hd; d0 += 16) {
+            const int width = hd - d0 < 16 ? hd - d0 : 16;
+            const __mmask16 lanes = (__mmask16)((1u << width) - 1u);
+            __m512 block[16];
+            for (int i = 0; i < 16; i++)
+                block[i] = r0 + i < n_rows ? _mm512_maskz_loadu_ps(lanes, src + (int64_t)(r0 + i) * ld + d0)
+                                           : _mm512_setzero_ps();
+            transpose16(block);
+            for (int j = 0; j < width; j++)
+                _mm512_storeu_ps(dst + (d0 + j) * TILE + r0, _mm512_mul_ps(block[j], scale16));
+        }
+#else
     if (n_rows < TILE)
         for (int d = 0; d < hd; d++)
             memset(dst + d * TILE + n_rows, 0, (size_t)(TILE - n_rows) * sizeof(float));
@@ -261,6 +337,17 @@ static void load_transposed(float *restrict dst, const float *restrict src, int6
     for (; r < n_rows; r++)
         for (int d = 0; d < hd; d++)
             dst[d * TILE + r] = scale * src[r * ld + d];
+#endif
+}
+
+/* Lane-wise mask of the lanes c0 + lane < limit (limit may be <= c0: none). */
+static inline veci lanes_below(int c0, int limit) {
+#if VEC == 16
+    const veci lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#else
+    const veci lane = {0, 1, 2, 3, 4, 5, 6, 7};
+#endif
+    return lane < limit - c0;
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -323,28 +410,40 @@ void k_attention_forward(float *out, float *lse, const float *q, const float *k,
             const int diagonal = tile_k == tile_q;
             tile_matmul(0, diagonal ? COLUMNS_FROM_ROW : FULL_TILE, nk, TILE, hd, k_rows, kv_stride, 1, qt_tile, TILE,
                         scores_t, TILE);
-            if (diagonal) /* key k0+r is visible to query q0+c iff r <= c (also fills unwritten columns) */
-                for (int r = 1; r < nk; r++)
-                    for (int c = 0; c < r; c++)
-                        scores_t[r * TILE + c] = -INFINITY;
+            /* On the diagonal, key k0+r is visible to query q0+c iff r <= c. Row r's
+             * vectors below r / VEC are wholly masked (and partly unwritten): they
+             * are skipped by the max, and their weights are stored as zeros
+             * without an exponential (exp2 of a masked score is exactly 0). The
+             * vector holding column r gets -inf below r. */
+            const int first_vec_step = diagonal ? 1 : 0; /* row r starts at vector r / VEC on the diagonal */
+            if (diagonal)
+                for (int r = 1; r < nk; r++) {
+                    const int c = r / VEC * VEC;
+                    float *row = scores_t + r * TILE + c;
+                    vec_store(row, vec_select(lanes_below(c, r), vec_splat(-INFINITY), vec_load(row)));
+                }
 
             /* online softmax, VEC queries per vector: new max, rescale, exponentiate */
             vecf new_max[TILE_VECS], correction[TILE_VECS], sum[TILE_VECS];
             for (int c = 0; c < TILE_VECS; c++)
                 new_max[c] = vec_load(row_max + c * VEC);
             for (int r = 0; r < nk; r++)
-                for (int c = 0; c < TILE_VECS; c++)
+                for (int c = first_vec_step * r / VEC; c < TILE_VECS; c++)
                     new_max[c] = vec_max(new_max[c], vec_load(scores_t + r * TILE + c * VEC));
             for (int c = 0; c < TILE_VECS; c++) {
                 correction[c] = vec_exp2(vec_load(row_max + c * VEC) - new_max[c]);
                 sum[c] = vec_splat(0.0f);
             }
-            for (int r = 0; r < nk; r++)
-                for (int c = 0; c < TILE_VECS; c++) {
+            for (int r = 0; r < nk; r++) {
+                const int first = first_vec_step * r / VEC;
+                for (int c = 0; c < first; c++)
+                    vec_store(scores_t + r * TILE + c * VEC, vec_splat(0.0f));
+                for (int c = first; c < TILE_VECS; c++) {
                     const vecf p = vec_exp2(vec_load(scores_t + r * TILE + c * VEC) - new_max[c]);
                     sum[c] += p;
                     vec_store(scores_t + r * TILE + c * VEC, p);
                 }
+            }
             for (int c = 0; c < TILE_VECS; c++) {
                 vec_store(row_sum + c * VEC, vec_load(row_sum + c * VEC) * correction[c] + sum[c]);
                 vec_store(row_max + c * VEC, new_max[c]);
@@ -385,9 +484,10 @@ int64_t k_attention_backward_scratch(int64_t B, int64_t T, int64_t H, int64_t Hk
  *   dV = P^T dO,  dP = dO v^T,  dS = P ∘ (dP - D),  D = rowsum(dO ∘ O),
  *   dQ = scale · dS k,  dK = scale · dS^T q.
  * P is recomputed per tile from q, k and the saved lse. */
-void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out, const float *q, const float *k,
-                          const float *v, const float *out, const float *lse, int64_t B, int64_t T, int64_t H,
-                          int64_t Hkv, int64_t head_dim, float *scratch) {
+void k_attention_backward_into(float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v,
+                               int accumulate_v, const float *d_out, const float *q, const float *k, const float *v,
+                               const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                               int64_t head_dim, float *scratch) {
     if (B <= 0 || T <= 0 || (!d_q && !d_k && !d_v)) return;
     if (!shape_supported(H, Hkv, head_dim)) {
         const int64_t hd = head_dim > 0 ? head_dim : 0;
@@ -477,9 +577,13 @@ void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out
                         const vecf shift = vec_splat(lse_log2[r]);
                         for (int c = 0; c < c_end; c += VEC)
                             vec_store(p + c, vec_exp2(vec_load(p + c) * scale_log2 - shift));
-                        if (diagonal) /* causal mask; also removes keys past T */
-                            for (int c = r + 1; c < TILE; c++)
-                                p[c] = 0.0f;
+                        if (diagonal) { /* causal mask; also removes keys past T */
+                            const int c0 = (r + 1) / VEC * VEC;
+                            if (c0 < c_end)
+                                vec_store(p + c0, vec_select(lanes_below(c0, r + 1), vec_load(p + c0), vec_splat(0.0f)));
+                            for (int c = c_end; c < TILE; c += VEC)
+                                vec_store(p + c, vec_splat(0.0f));
+                        }
                     }
                     /* dV [nk, hd_pad] += P^T · dO */
                     if (d_v)
@@ -497,19 +601,21 @@ void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out
                         const vecf dot = vec_splat(row_dot_tile[r]);
                         for (int c = 0; c < c_end; c += VEC)
                             vec_store(ds + c, vec_load(p + c) * (vec_load(ds + c) - dot) * scale);
-                        for (int c = c_end; c < TILE; c++)
-                            ds[c] = 0.0f;
+                        for (int c = c_end; c < TILE; c += VEC)
+                            vec_store(ds + c, vec_splat(0.0f));
                     }
-                    /* dQ [nq, hd] += dS · K */
+                    /* dQ [nq, hd] += dS · K; the first key tile writes it when it is not accumulated into */
+                    const int add_to_d_q = accumulate_q || tile_k > 0;
                     if (d_q && in_place) {
-                        tile_matmul(1, diagonal ? SUM_UP_TO_ROW : FULL_TILE, nq, hd, nk, dscores, TILE, 1, k_rows, k_ld,
-                                    d_q + row0, q_stride);
+                        tile_matmul(add_to_d_q, diagonal ? SUM_UP_TO_ROW : FULL_TILE, nq, hd, nk, dscores, TILE, 1,
+                                    k_rows, k_ld, d_q + row0, q_stride);
                     } else if (d_q) {
                         tile_matmul(0, diagonal ? SUM_UP_TO_ROW : FULL_TILE, nq, hd_pad, nk, dscores, TILE, 1, k_rows,
                                     k_ld, dq_tile, hd_pad);
                         for (int r = 0; r < nq; r++)
                             for (int d = 0; d < hd; d++)
-                                d_q[row0 + r * q_stride + d] += dq_tile[r * hd_pad + d];
+                                d_q[row0 + r * q_stride + d] = (add_to_d_q ? d_q[row0 + r * q_stride + d] : 0.0f) +
+                                                               dq_tile[r * hd_pad + d];
                     }
                     /* dK [nk, hd_pad] += dS^T · Q */
                     if (d_k)
@@ -518,17 +624,26 @@ void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out
                 }
             }
 
+            /* Each key tile's d_k, d_v rows are complete here (every query head of
+             * the group and every query tile added in): added, or written as
+             * 0 + x, the numbers the addition onto zeros gives (-0 comes out +0). */
             for (int r = 0; r < nk; r++) {
                 const int64_t offset = (b * T + k0 + r) * kv_stride + kv_head * hd;
                 if (d_k)
                     for (int d = 0; d < hd; d++)
-                        d_k[offset + d] += dk_acc[r * hd_pad + d];
+                        d_k[offset + d] = (accumulate_k ? d_k[offset + d] : 0.0f) + dk_acc[r * hd_pad + d];
                 if (d_v)
                     for (int d = 0; d < hd; d++)
-                        d_v[offset + d] += dv_acc[r * hd_pad + d];
+                        d_v[offset + d] = (accumulate_v ? d_v[offset + d] : 0.0f) + dv_acc[r * hd_pad + d];
             }
         }
     }
+}
+
+void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out, const float *q, const float *k,
+                          const float *v, const float *out, const float *lse, int64_t B, int64_t T, int64_t H,
+                          int64_t Hkv, int64_t head_dim, float *scratch) {
+    k_attention_backward_into(d_q, 1, d_k, 1, d_v, 1, d_out, q, k, v, out, lse, B, T, H, Hkv, head_dim, scratch);
 }
 
 /* ----------------------------------------------------------------- decode */

@@ -41,6 +41,15 @@ void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out
                           const float *v, const float *out, const float *lse, int64_t B, int64_t T, int64_t H,
                           int64_t Hkv, int64_t head_dim, float *scratch);
 
+/* The same, each of d_q, d_k, d_v either accumulated into (accumulate_* = 1)
+ * or written (0: its previous contents are never read, so a fresh buffer
+ * needs no zero-fill); written results equal the accumulation onto zeros bit
+ * for bit. The outputs must not overlap one another. */
+void k_attention_backward_into(float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v,
+                               int accumulate_v, const float *d_out, const float *q, const float *k, const float *v,
+                               const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                               int64_t head_dim, float *scratch);
+
 /* Decode: n_rows query rows, all at position pos, over a cache holding
  * positions 0..pos (the primary row and the branch row of grouped decode share
  * one pass over the cache).

@@ -97,6 +97,14 @@ for preset in ("baby", "char"):
           f"{100 * ours_mfu:.0f}% ({ours_gemm:.0f} GFLOP/s) | {100 * torch_mfu:.0f}% ({torch_gemm:.0f} GFLOP/s) | "
           f"{flops / 1e6:.2f} M |")
 print()
+# Every round, in order: on a shared machine the spread says how much the load moved the medians.
+for preset in ("baby", "char"):
+    ours, torch = runs("dbranch", preset), runs("torch", preset)
+    if ours and torch:
+        pairs = ", ".join(f"{o['runs'][0]['tokens_per_s']:.0f} / {t['tokens_per_s']:.0f}" for o, t in zip(ours, torch))
+        cpu = ", ".join(f"{o['runs'][0]['forward_backward_cpu_ms']:.1f}" for o in ours)
+        print(f"{preset} rounds, tokens/s dbranch / PyTorch: {pairs}; dbranch thread 0 CPU ms in forward+backward: {cpu}")
+print()
 for preset in ("baby", "char"):
     ours = runs("dbranch", preset)
     if ours:
