@@ -23,18 +23,25 @@ typedef struct run_args {
 } run_args;
 
 void eval_team_run(eval_team *team, int n_threads, void (*body)(void *arg), void *arg) {
-    for (int i = 0; i < team->n_stages; i++) {
+    /* Only the stages the previous run used can be non-zero; unknown (0) resets all. */
+    int dirty = team->used_stages > 0 && team->used_stages <= team->n_stages ? team->used_stages : team->n_stages;
+    for (int i = 0; i < dirty; i++) {
         atomic_store_explicit(&team->stages[i].claimed, 0, memory_order_relaxed);
         atomic_store_explicit(&team->stages[i].done, 0, memory_order_relaxed);
     }
     if (n_threads < 1) n_threads = 1;
+    int used = 0;
 #pragma omp parallel num_threads(n_threads)
     {
         in_team = 1;
         next_stage = 0;
         body(arg);
         in_team = 0;
+        /* every thread walks the same sequence; the overflow case reuses the
+         * last stage, which then also counts as used */
+        if (omp_get_thread_num() == 0) used = next_stage < team->n_stages ? next_stage : team->n_stages;
     }
+    team->used_stages = used;
 }
 
 int eval_team_active(void) { return in_team; }
@@ -131,22 +138,14 @@ static void run_blocks(const matvec_blocks *blocks, int64_t begin, int64_t end) 
     }
 }
 
-void eval_team_matvec(eval_team *team, const eval_matvec_job *jobs, int n_jobs) {
-    if (n_jobs <= 0) return;
-    if (!in_team) {
-        eval_matvec_batch(jobs, n_jobs);
-        return;
-    }
-    matvec_blocks blocks = {.jobs = jobs, .n_jobs = n_jobs};
-    int64_t widest = 0;
-    blocks.first_block[0] = 0;
-    for (int j = 0; j < n_jobs; j++) {
-        blocks.first_block[j + 1] = blocks.first_block[j] + (jobs[j].N + BLOCK_ROWS - 1) / BLOCK_ROWS;
-        if (jobs[j].K > widest) widest = jobs[j].K;
-    }
-    const int n_blocks = (int)blocks.first_block[n_jobs], threads = omp_get_num_threads();
+/* The claim loop of a team product stage: hands out ranges of n_blocks blocks
+ * (block_bytes of weights each) as described above; run(begin, end, ctx) does a
+ * range on the claiming thread. */
+static void claim_blocks(eval_team *team, int n_blocks, int64_t block_bytes,
+                         void (*run)(const void *ctx, int64_t begin, int64_t end), const void *ctx) {
+    const int threads = omp_get_num_threads();
     const int max_claim = MATVEC_CHUNK_ROWS / BLOCK_ROWS;
-    int min_claim = (int)(MIN_CHUNK_BYTES / (BLOCK_ROWS * widest * (int64_t)sizeof(float)));
+    int min_claim = (int)(MIN_CHUNK_BYTES / (block_bytes > 0 ? block_bytes : 1));
     if (min_claim < 1) min_claim = 1;
     if (min_claim > max_claim) min_claim = max_claim;
 
@@ -161,9 +160,58 @@ void eval_team_matvec(eval_team *team, const eval_matvec_job *jobs, int n_jobs) 
         if (!atomic_compare_exchange_weak_explicit(&stage->claimed, &begin, begin + size, memory_order_relaxed,
                                                    memory_order_relaxed))
             continue;
-        run_blocks(&blocks, begin, begin + size);
+        run(ctx, begin, begin + size);
         atomic_fetch_add_explicit(&stage->done, size, memory_order_release);
         begin = atomic_load_explicit(&stage->claimed, memory_order_relaxed);
     }
     wait_until(&stage->done, n_blocks);
+}
+
+static void run_blocks_claim(const void *ctx, int64_t begin, int64_t end) { run_blocks(ctx, begin, end); }
+
+void eval_team_matvec(eval_team *team, const eval_matvec_job *jobs, int n_jobs) {
+    if (n_jobs <= 0) return;
+    if (!in_team) {
+        eval_matvec_batch(jobs, n_jobs);
+        return;
+    }
+    matvec_blocks blocks = {.jobs = jobs, .n_jobs = n_jobs};
+    int64_t widest = 0;
+    blocks.first_block[0] = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        blocks.first_block[j + 1] = blocks.first_block[j] + (jobs[j].N + BLOCK_ROWS - 1) / BLOCK_ROWS;
+        if (jobs[j].K > widest) widest = jobs[j].K;
+    }
+    claim_blocks(team, (int)blocks.first_block[n_jobs], BLOCK_ROWS * widest * (int64_t)sizeof(float),
+                 run_blocks_claim, &blocks);
+}
+
+typedef struct matvec_pair {
+    const eval_matvec_job *first, *second;
+    void (*epilogue)(int64_t n0, int64_t n1, void *arg);
+    void *arg;
+} matvec_pair;
+
+/* Blocks [begin, end) of both products, then the epilogue on those rows. */
+static void run_pair_blocks(const void *ctx, int64_t begin, int64_t end) {
+    const matvec_pair *pair = ctx;
+    int64_t n0 = begin * BLOCK_ROWS, n1 = end * BLOCK_ROWS;
+    if (n1 > pair->first->N) n1 = pair->first->N;
+    eval_matvec_rows(pair->first, n0, n1 - n0);
+    eval_matvec_rows(pair->second, n0, n1 - n0);
+    pair->epilogue(n0, n1, pair->arg);
+}
+
+void eval_team_matvec_pair(eval_team *team, const eval_matvec_job *first, const eval_matvec_job *second,
+                           void (*epilogue)(int64_t n0, int64_t n1, void *arg), void *arg) {
+    if (!in_team) {
+        const eval_matvec_job jobs[2] = {*first, *second};
+        eval_matvec_batch(jobs, 2);
+        epilogue(0, first->N, arg);
+        return;
+    }
+    matvec_pair pair = {first, second, epilogue, arg};
+    int64_t widest = first->K > second->K ? first->K : second->K;
+    claim_blocks(team, (int)((first->N + BLOCK_ROWS - 1) / BLOCK_ROWS),
+                 2 * BLOCK_ROWS * widest * (int64_t)sizeof(float), run_pair_blocks, &pair);
 }

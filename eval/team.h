@@ -37,6 +37,10 @@ typedef struct eval_team_stage {
 typedef struct eval_team {
     eval_team_stage *stages; /* [n_stages], 64-byte aligned */
     int n_stages;
+    /* stages the last run took, the only ones the next run must reset: a step
+     * uses ~50 of the ~134 a session sizes at the 15M llama2.c shape. 0 (a
+     * zeroed struct, or stages reallocated): unknown, the next run resets all. */
+    int used_stages;
     atomic_int overflow; /* set when a step needed more stages than sized (a bug; tests check it) */
 } eval_team;
 
@@ -63,5 +67,14 @@ void eval_team_for(eval_team *team, int64_t n_items, void (*item)(int64_t i, voi
 /* The jobs' products (eval/matvec.h), split in chunks of rows over the team;
  * outside a team: eval_matvec_batch. */
 void eval_team_matvec(eval_team *team, const eval_matvec_job *jobs, int n_jobs);
+
+/* Two products with the same N and M (the W1 and W3 of a SwiGLU), handed out
+ * together by rows: each claimed range [n0, n1) of rows computes both outputs
+ * there, then calls epilogue(n0, n1, arg) on the same thread, so an
+ * elementwise step that combines the two (silu(a) * b) needs no stage of its
+ * own. The epilogue of a range must touch only that range. Outside a team:
+ * both products (eval_matvec_batch), then epilogue(0, N, arg). */
+void eval_team_matvec_pair(eval_team *team, const eval_matvec_job *first, const eval_matvec_job *second,
+                           void (*epilogue)(int64_t n0, int64_t n1, void *arg), void *arg);
 
 #endif
