@@ -21,6 +21,14 @@ static inline float gelu_gate(float x) {
     return k_sigmoid(2.0f * u);
 }
 
+/* gelu'(x) from its gate s = gelu_gate(x): with 0.5 (1 + tanh u) = s and
+ * 1 - tanh^2 u = 4 s (1 - s), gelu'(x) = s + 2 x s (1 - s) du/dx,
+ * du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2). */
+static inline float gelu_slope(float x, float s) {
+    const float du_dx = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * x * x);
+    return s + 2.0f * x * s * (1.0f - s) * du_dx;
+}
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 /* The fused bias + GELU kernels below are the MLP's non-GEMM work, so they
@@ -57,6 +65,16 @@ static inline __m512 gelu_gate16(__m512 x) {
     return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f))); /* one Newton step */
 }
 
+/* gelu_slope on 16 lanes. */
+static inline __m512 gelu_slope16(__m512 x, __m512 s) {
+    const __m512 du_dx = _mm512_mul_ps(_mm512_set1_ps(GELU_SQRT_2_OVER_PI),
+                                       _mm512_fmadd_ps(_mm512_set1_ps(3.0f * GELU_CUBIC), _mm512_mul_ps(x, x),
+                                                       _mm512_set1_ps(1.0f)));
+    const __m512 spread =
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), x), s), _mm512_sub_ps(_mm512_set1_ps(1.0f), s));
+    return _mm512_fmadd_ps(spread, du_dx, s);
+}
+
 /* The lanes [j, N) of a row as a mask (all 16 when j + 16 <= N). */
 static inline __mmask16 tail_mask(int64_t j, int64_t N) {
     return N - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (N - j)) - 1u);
@@ -79,8 +97,7 @@ void k_gelu_backward(float *d_in, const float *d_out, const float *in, int64_t n
 #pragma omp parallel for simd schedule(static) if (n > PARALLEL_MIN_ELEMENTS)
     for (int64_t i = 0; i < n; i++) {
         const float x = in[i], s = gelu_gate(x);
-        const float du_dx = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * x * x);
-        d_in[i] += d_out[i] * (s + 2.0f * x * s * (1.0f - s) * du_dx);
+        d_in[i] += d_out[i] * gelu_slope(x, s);
     }
 }
 
@@ -159,12 +176,7 @@ void k_bias_gelu_backward(float *d_pre, int accumulate, float *d_bias, const flo
                 const __mmask16 lanes = tail_mask(j, width);
                 const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + j), s = gelu_gate16(xv);
                 /* du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2); gelu' = s + 2 x s (1 - s) du/dx */
-                const __m512 du_dx = _mm512_mul_ps(_mm512_set1_ps(GELU_SQRT_2_OVER_PI),
-                                                   _mm512_fmadd_ps(_mm512_set1_ps(3.0f * GELU_CUBIC),
-                                                                   _mm512_mul_ps(xv, xv), _mm512_set1_ps(1.0f)));
-                const __m512 spread = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), xv), s),
-                                                    _mm512_sub_ps(_mm512_set1_ps(1.0f), s));
-                const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, dy + j), _mm512_fmadd_ps(spread, du_dx, s));
+                const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, dy + j), gelu_slope16(xv, s));
                 const __m512 previous = accumulate ? _mm512_maskz_loadu_ps(lanes, dx + j) : _mm512_setzero_ps();
                 _mm512_mask_storeu_ps(dx + j, lanes, _mm512_add_ps(previous, g));
                 _mm512_storeu_ps(column_sum + j, _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
@@ -173,8 +185,7 @@ void k_bias_gelu_backward(float *d_pre, int accumulate, float *d_bias, const flo
 #pragma omp simd
             for (int64_t j = 0; j < width; j++) {
                 const float s = gelu_gate(x[j]);
-                const float du_dx = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * x[j] * x[j]);
-                const float g = dy[j] * (s + 2.0f * x[j] * s * (1.0f - s) * du_dx);
+                const float g = dy[j] * gelu_slope(x[j], s);
                 dx[j] = accumulate ? dx[j] + g : g;
                 column_sum[j] += g;
             }
@@ -204,15 +215,10 @@ void k_gelu_recompute_backward(float *hidden, float *d_pre, float *d_bias, const
                 const __mmask16 lanes = tail_mask(j, width);
                 const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + j), s = gelu_gate16(xv);
                 _mm512_mask_storeu_ps(y + j, lanes, _mm512_mul_ps(xv, s));
-                const __m512 du_dx = _mm512_mul_ps(_mm512_set1_ps(GELU_SQRT_2_OVER_PI),
-                                                   _mm512_fmadd_ps(_mm512_set1_ps(3.0f * GELU_CUBIC),
-                                                                   _mm512_mul_ps(xv, xv), _mm512_set1_ps(1.0f)));
-                const __m512 spread = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), xv), s),
-                                                    _mm512_sub_ps(_mm512_set1_ps(1.0f), s));
                 /* a masked product, which GCC does not contract into the FMAs below: g is rounded on
                  * its own, as in k_bias_gelu_backward, so d_pre and d_bias match it bit for bit */
                 const __m512 g = _mm512_maskz_mul_ps(lanes, _mm512_maskz_loadu_ps(lanes, dy + j),
-                                                     _mm512_fmadd_ps(spread, du_dx, s));
+                                                     gelu_slope16(xv, s));
                 /* 0 + g, as k_bias_gelu_backward writes it (a -0 gradient comes out +0 there too) */
                 _mm512_mask_storeu_ps(dx + j, lanes, _mm512_add_ps(_mm512_setzero_ps(), g));
                 _mm512_storeu_ps(column_sum + j, _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
@@ -221,8 +227,7 @@ void k_gelu_recompute_backward(float *hidden, float *d_pre, float *d_bias, const
 #pragma omp simd
             for (int64_t j = 0; j < width; j++) {
                 const float s = gelu_gate(x[j]);
-                const float du_dx = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * x[j] * x[j]);
-                const float g = dy[j] * (s + 2.0f * x[j] * s * (1.0f - s) * du_dx);
+                const float g = dy[j] * gelu_slope(x[j], s);
                 y[j] = x[j] * s;
                 dx[j] = g;
                 column_sum[j] += g;

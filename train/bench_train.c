@@ -361,13 +361,7 @@ static dt_status run_init(bench_run *r, const char *label, const train_config *c
         return dt_errorf("out of memory");
     }
     trainer_describe_params(&r->model, r->optim_params);
-    optim_hparams hp = optim_hparams_default();
-    hp.beta1 = c->beta1;
-    hp.beta2 = c->beta2;
-    hp.eps = c->eps;
-    hp.weight_decay = c->weight_decay;
-    hp.muon_momentum = c->muon_momentum;
-    hp.muon_weight_decay = c->muon_weight_decay;
+    const optim_hparams hp = trainer_optim_hparams(c);
     if (optim_init(&r->opt, c->optimizer, r->optim_params, r->model.n_params, &hp) != DT_OK) {
         model_free(&r->model);
         return DT_ERR;

@@ -102,11 +102,7 @@ static dt_status setup_model(trainer *t) {
     return DT_OK;
 }
 
-static dt_status setup_optimizer(trainer *t) {
-    const train_config *c = &t->cfg;
-    t->optim_params = calloc((size_t)t->model.n_params, sizeof *t->optim_params);
-    if (!t->optim_params) return dt_errorf("trainer: out of memory");
-    trainer_describe_params(&t->model, t->optim_params);
+optim_hparams trainer_optim_hparams(const train_config *c) {
     optim_hparams hp = optim_hparams_default();
     hp.beta1 = c->beta1;
     hp.beta2 = c->beta2;
@@ -114,6 +110,15 @@ static dt_status setup_optimizer(trainer *t) {
     hp.weight_decay = c->weight_decay;
     hp.muon_momentum = c->muon_momentum;
     hp.muon_weight_decay = c->muon_weight_decay;
+    return hp;
+}
+
+static dt_status setup_optimizer(trainer *t) {
+    const train_config *c = &t->cfg;
+    t->optim_params = calloc((size_t)t->model.n_params, sizeof *t->optim_params);
+    if (!t->optim_params) return dt_errorf("trainer: out of memory");
+    trainer_describe_params(&t->model, t->optim_params);
+    const optim_hparams hp = trainer_optim_hparams(c);
     if (optim_init(&t->opt, c->optimizer, t->optim_params, t->model.n_params, &hp) != DT_OK) return DT_ERR;
     t->ready |= READY_OPTIM;
     t->schedule = (optim_schedule){

@@ -92,6 +92,9 @@ dt_status trainer_save(trainer *t);
 /* The loop: steps to the budget (or a stop), evaluations, checkpoints. */
 dt_status trainer_run(trainer *t, trainer_result *result);
 
+/* The optimizer settings of a run configuration (betas, eps, weight decays, Muon momentum). */
+optim_hparams trainer_optim_hparams(const train_config *c);
+
 /* The parameters' optimizer view: decay for matrices that are not embeddings;
  * Muon for the same set minus MoE routers (which stay on AdamW). */
 void trainer_describe_params(const model *m, optim_param *out);
