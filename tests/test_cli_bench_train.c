@@ -9,35 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
-static const char *binary(void) {
-    const char *path = getenv("DBRANCH_BINARY");
-    cr_assert(path != NULL, "DBRANCH_BINARY is not set (run through ctest)");
-    return path;
-}
+#include "support/run_dbranch.h"
 
-/* Runs `dbranch bench train ARGS`; stdout into out, stderr into err; returns the exit status. */
-static int run_bench(const char *args, char *out, size_t out_size, char *err, size_t err_size) {
-    char dir[] = "/tmp/dbranch_bench_train_XXXXXX";
-    cr_assert(mkdtemp(dir) != NULL);
-    char command[1024], out_path[128], err_path[128];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
-    snprintf(command, sizeof command, "'%s' bench train %s >'%s' 2>'%s'", binary(), args, out_path, err_path);
-    int status = system(command);
-    const char *paths[2] = {out_path, err_path};
-    char *buffers[2] = {out, err};
-    size_t sizes[2] = {out_size, err_size};
-    for (int i = 0; i < 2; i++) {
-        FILE *f = fopen(paths[i], "r");
-        size_t n = f ? fread(buffers[i], 1, sizes[i] - 1, f) : 0;
-        buffers[i][n] = '\0';
-        if (f) fclose(f);
-        remove(paths[i]);
-    }
-    remove(dir);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+/* Runs `dbranch bench train ARGS`; returns the exit status, stdout / stderr in *out, *err (caller frees). */
+static int run_bench(const char *args, char **out, char **err) {
+    char line[1024];
+    snprintf(line, sizeof line, "bench train %s", args);
+    return test_run_dbranch(NULL, line, out, err);
 }
 
 /* The number after "key": in a JSON text (first occurrence after from). */
@@ -49,11 +28,12 @@ static double json_number(const char *text, const char *key) {
     return strtod(at + strlen(pattern), NULL);
 }
 
-static char out[1 << 16], err[1 << 16];
-
 Test(cli_bench_train, help_and_bad_input) {
-    cr_assert_eq(run_bench("--help", out, sizeof out, err, sizeof err), 0);
+    char *out, *err;
+    cr_assert_eq(run_bench("--help", &out, &err), 0);
     cr_assert(strstr(out, "--compare-branch") && strstr(out, "--preset"), "%s", out);
+    free(out);
+    free(err);
     const char *bad[][2] = {
         {"--preset huge", "--preset huge"},
         {"--steps 0", "--steps 0"},
@@ -64,16 +44,17 @@ Test(cli_bench_train, help_and_bad_input) {
         {"--data /nonexistent/tokens.h5 --steps 1", "/nonexistent/tokens.h5"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int status = run_bench(bad[i][0], out, sizeof out, err, sizeof err);
+        int status = run_bench(bad[i][0], &out, &err);
         cr_assert_neq(status, 0, "'%s' should fail", bad[i][0]);
-        cr_assert(strncmp(err, "dbranch bench train: ", 21) == 0, "'%s': %s", bad[i][0], err);
-        cr_assert(strstr(err, bad[i][1]), "'%s': the message should name '%s': %s", bad[i][0], bad[i][1], err);
-        cr_assert(strchr(err, '\n') == err + strlen(err) - 1, "'%s': one line: %s", bad[i][0], err);
+        test_assert_one_line_error(err, "dbranch bench train: ", bad[i][1]);
+        free(out);
+        free(err);
     }
 }
 
 Test(cli_bench_train, json_figures_are_consistent) {
-    int status = run_bench("--preset baby --steps 2 --warmup 1 --threads 2 --json", out, sizeof out, err, sizeof err);
+    char *out, *err;
+    int status = run_bench("--preset baby --steps 2 --warmup 1 --threads 2 --json", &out, &err);
     cr_assert_eq(status, 0, "%s", err);
     const char *run = strstr(out, "\"runs\"");
     cr_assert_not_null(run, "%s", out);
@@ -90,17 +71,24 @@ Test(cli_bench_train, json_figures_are_consistent) {
     const double rss = json_number(out, "peak_rss_bytes"), closed = json_number(out, "closed_form_bytes");
     cr_assert(rss > 0 && closed > 0 && fabs(json_number(out, "rss_ratio") - rss / closed) < 1e-3);
     cr_assert(strstr(err, "tokens/s") && strstr(err, "peak RSS"), "the table goes to stderr with --json: %s", err);
+    free(out);
+    free(err);
 }
 
 Test(cli_bench_train, compare_branch_reports_ratios) {
-    int status = run_bench("--preset baby --steps 1 --warmup 1 --threads 1 --compare-branch --no-gemm-probe", out,
-                           sizeof out, err, sizeof err);
+    char *out, *err;
+    int status =
+        run_bench("--preset baby --steps 1 --warmup 1 --threads 1 --compare-branch --no-gemm-probe", &out, &err);
     cr_assert_eq(status, 0, "%s", err);
     cr_assert(strstr(out, "baseline:") && strstr(out, "decode-branch:"), "%s", out);
     cr_assert(strstr(out, "decode-branch / baseline time: step"), "%s", out);
-    status = run_bench("--preset baby --steps 1 --warmup 0 --threads 1 --compare-branch --no-gemm-probe --json", out,
-                       sizeof out, err, sizeof err);
+    free(out);
+    free(err);
+    status =
+        run_bench("--preset baby --steps 1 --warmup 0 --threads 1 --compare-branch --no-gemm-probe --json", &out, &err);
     cr_assert_eq(status, 0, "%s", err);
     const double ratio = json_number(strstr(out, "\"ratios\""), "forward_backward");
     cr_assert(ratio > 1.0 && ratio < 10.0, "the branch adds a trajectory: ratio %g", ratio);
+    free(out);
+    free(err);
 }

@@ -13,18 +13,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "support/run_dbranch.h"
+#include "support/scratch.h"
+
 static char work_dir[64];
 
-static void setup(void) {
-    snprintf(work_dir, sizeof work_dir, "/tmp/dbranch_cli_experiments_XXXXXX");
-    cr_assert(mkdtemp(work_dir) != NULL);
-}
+static void setup(void) { test_scratch_dir(work_dir, sizeof work_dir, "cli_experiments"); }
 
-static void teardown(void) {
-    char command[160];
-    snprintf(command, sizeof command, "rm -rf '%s'", work_dir);
-    if (work_dir[0] && system(command) != 0) fprintf(stderr, "could not remove %s\n", work_dir);
-}
+static void teardown(void) { test_remove_dir(work_dir); }
 
 static int file_exists(const char *path) {
     struct stat st;
@@ -123,8 +119,8 @@ static void check_loss_range(const char *study, const table_row *r) {
 
 Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = setup, .fini = teardown, .timeout = 600) {
     const char *source = getenv("DBRANCH_SOURCE_DIR");
-    const char *binary = getenv("DBRANCH_BINARY");
-    cr_assert(source != NULL && binary != NULL, "DBRANCH_SOURCE_DIR / DBRANCH_BINARY not set (run through ctest)");
+    cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
+    test_dbranch_binary(); /* run.sh runs the dbranch in env DBRANCH_BINARY */
     char command[1024];
     snprintf(command, sizeof command,
              "'%s/experiments/run.sh' all --quick --threads 1 --out '%s/out' --data-dir '%s/data' "

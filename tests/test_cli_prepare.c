@@ -3,30 +3,22 @@
  * walk. Datasets written by the CLI are checked by reading them back and
  * decoding them to the input bytes. */
 #include <criterion/criterion.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "data/corpus.h"
 #include "data/tokens.h"
+#include "support/run_dbranch.h"
+#include "support/scratch.h"
 
 static char temp_dir[64];
 
-static void make_temp_dir(void) {
-    snprintf(temp_dir, sizeof temp_dir, "/tmp/dbranch_prepare_XXXXXX");
-    cr_assert(mkdtemp(temp_dir) != NULL);
-}
+static void make_temp_dir(void) { test_scratch_dir(temp_dir, sizeof temp_dir, "prepare"); }
 
-static void remove_temp_dir(void) {
-    char command[128];
-    snprintf(command, sizeof command, "rm -rf '%s'", temp_dir);
-    cr_assert_eq(system(command), 0);
-}
+static void remove_temp_dir(void) { test_remove_dir(temp_dir); }
 
 TestSuite(cli_prepare, .init = make_temp_dir, .fini = remove_temp_dir);
 
@@ -43,62 +35,31 @@ static void write_text(const char *path, const void *bytes, size_t n) {
     fclose(f);
 }
 
-static char *read_text(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f != NULL, "cannot read %s", path);
-    char *bytes = calloc(1 << 20, 1);
-    *n = fread(bytes, 1, (1 << 20) - 1, f);
-    fclose(f);
-    return bytes;
-}
-
 static int file_exists(const char *path) {
     struct stat info;
     return stat(path, &info) == 0;
 }
 
-/* Runs `dbranch prepare ARGS...` (NULL-terminated); stdout and stderr go to files in the temp dir. */
-static int run_prepare(const char *const *args) {
-    const char *binary = getenv("DBRANCH_BINARY");
-    cr_assert(binary != NULL, "DBRANCH_BINARY is not set (run through ctest)");
-    char *argv[64];
-    int argc = 0;
-    argv[argc++] = (char *)binary;
-    argv[argc++] = "prepare";
-    for (int i = 0; args[i]; i++)
-        argv[argc++] = (char *)args[i];
-    argv[argc] = NULL;
-    char *out_path = temp_path("stdout.txt"), *err_path = temp_path("stderr.txt");
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(out, 1);
-        dup2(err, 2);
-        execv(binary, argv);
-        _exit(127);
+/* Runs `dbranch prepare ARGS...` (NULL-terminated; each one is quoted for the
+ * shell, so it arrives as one argument); returns the exit code, stdout /
+ * stderr in *out, *err (caller frees; NULL: not kept). */
+static int run_prepare(const char *const *args, char **out, char **err) {
+    char line[4096] = "prepare";
+    for (int i = 0; args[i]; i++) {
+        cr_assert(strchr(args[i], '\'') == NULL, "argument %s has a quote", args[i]);
+        size_t used = strlen(line);
+        snprintf(line + used, sizeof line - used, " '%s'", args[i]);
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    free(out_path);
-    free(err_path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return test_run_dbranch(NULL, line, out, err);
 }
 
 /* Asserts exit code 1 and a one-line "dbranch prepare: ..." message containing `needle`. */
 static void assert_fails_naming(const char *const *args, const char *needle) {
-    int code = run_prepare(args);
+    char *err;
+    int code = run_prepare(args, NULL, &err);
     cr_assert_eq(code, 1, "exit code %d for a bad invocation (expected 1)", code);
-    char *err_path = temp_path("stderr.txt");
-    size_t n = 0;
-    char *err = read_text(err_path, &n);
-    cr_assert(strncmp(err, "dbranch prepare: ", 17) == 0, "stderr: %s", err);
-    cr_assert(n > 0 && err[n - 1] == '\n' && strchr(err, '\n') == err + n - 1, "not one line: %s", err);
-    cr_assert(strstr(err, needle) != NULL, "message does not name '%s': %s", needle, err);
+    test_assert_one_line_error(err, "dbranch prepare: ", needle);
     free(err);
-    free(err_path);
 }
 
 /* Reads both splits and decodes them with the file's own tokenizer. */
@@ -142,13 +103,10 @@ static char *sample_corpus(size_t *n) {
 
 Test(cli_prepare, help_exits_zero) {
     const char *args[] = {"--help", NULL};
-    cr_assert_eq(run_prepare(args), 0);
-    char *out_path = temp_path("stdout.txt");
-    size_t n = 0;
-    char *out = read_text(out_path, &n);
+    char *out;
+    cr_assert_eq(run_prepare(args, &out, NULL), 0);
     cr_assert(strstr(out, "--val-fraction") != NULL && strstr(out, "--preset") != NULL, "help: %s", out);
     free(out);
-    free(out_path);
 }
 
 Test(cli_prepare, byte_dataset_from_a_file) {
@@ -157,7 +115,8 @@ Test(cli_prepare, byte_dataset_from_a_file) {
     char *input = temp_path("corpus.txt"), *output = temp_path("byte.h5");
     write_text(input, text, n);
     const char *args[] = {"--input", input, "--tokenizer", "byte", "--val-fraction", "0.1", "--out", output, NULL};
-    cr_assert_eq(run_prepare(args), 0);
+    char *out;
+    cr_assert_eq(run_prepare(args, &out, NULL), 0);
     char *train, *val;
     size_t n_train, n_val;
     int64_t vocab;
@@ -171,12 +130,8 @@ Test(cli_prepare, byte_dataset_from_a_file) {
     /* About 10% held out (moved forward to a line start), and the cut is at a line start. */
     cr_assert(n_val > 0.08 * n && n_val <= 0.1 * n + 1, "val has %zu of %zu bytes", n_val, n);
     cr_assert_eq(text[n_train - 1], '\n');
-    char *out_path = temp_path("stdout.txt");
-    size_t n_out = 0;
-    char *out = read_text(out_path, &n_out);
     cr_assert(strstr(out, "bytes/token") != NULL, "summary: %s", out);
     free(out);
-    free(out_path);
     free(train);
     free(val);
     free(text);
@@ -190,7 +145,7 @@ Test(cli_prepare, bpe_dataset_decodes_to_the_input) {
     char *input = temp_path("corpus.txt"), *output = temp_path("bpe.h5");
     write_text(input, text, n);
     const char *args[] = {"--input", input, "--tokenizer", "bpe", "--vocab", "300", "--out", output, NULL};
-    cr_assert_eq(run_prepare(args), 0);
+    cr_assert_eq(run_prepare(args, NULL, NULL), 0);
     char *train, *val;
     size_t n_train, n_val;
     int64_t vocab;
@@ -223,7 +178,7 @@ Test(cli_prepare, several_inputs_are_concatenated_in_order) {
     write_text(first, text, 1000);
     write_text(second, text + 1000, 1000);
     const char *args[] = {"--input", first, second, "--out", output, NULL};
-    cr_assert_eq(run_prepare(args), 0);
+    cr_assert_eq(run_prepare(args, NULL, NULL), 0);
     char *train, *val;
     size_t n_train, n_val;
     int64_t vocab;
@@ -273,7 +228,7 @@ Test(cli_prepare, kjv_preset_bpe_under_a_minute) {
     const char *args[] = {"--preset", "kjv", "--tokenizer", "bpe", "--vocab", "4096", "--out", output, NULL};
     struct timespec start, end;
     clock_gettime(CLOCK_MONOTONIC, &start);
-    cr_assert_eq(run_prepare(args), 0);
+    cr_assert_eq(run_prepare(args, NULL, NULL), 0);
     clock_gettime(CLOCK_MONOTONIC, &end);
     double seconds = (double)(end.tv_sec - start.tv_sec) + 1e-9 * (double)(end.tv_nsec - start.tv_nsec);
     cr_assert_lt(seconds, 60.0, "prepare kjv bpe 4096 took %.1f s", seconds);

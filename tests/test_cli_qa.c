@@ -23,19 +23,15 @@
 #include "data/tokenizer.h"
 #include "data/tokens.h"
 #include "models/model_io.h"
+#include "support/run_dbranch.h"
+#include "support/scratch.h"
 
 static char work_dir[64];
 static char config_path[128];
 
-static const char *binary(void) {
-    const char *path = getenv("DBRANCH_BINARY");
-    cr_assert(path != NULL, "DBRANCH_BINARY is not set (run through ctest)");
-    return path;
-}
-
+/* A scratch dir holding data.h5 (random letters a..l, byte tokenizer) and run.ini (a one-layer branch model). */
 static void setup(void) {
-    snprintf(work_dir, sizeof work_dir, "/tmp/dbranch_cli_qa_XXXXXX");
-    cr_assert(mkdtemp(work_dir) != NULL);
+    test_scratch_dir(work_dir, sizeof work_dir, "cli_qa");
     enum { N_TRAIN = 6000, N_VAL = 600 };
     static int32_t tokens[N_TRAIN + N_VAL];
     dt_rng rng;
@@ -64,23 +60,13 @@ static void setup(void) {
     fclose(f);
 }
 
-static void teardown(void) {
-    char command[160];
-    snprintf(command, sizeof command, "rm -rf '%s'", work_dir);
-    if (work_dir[0] && system(command) != 0) fprintf(stderr, "could not remove %s\n", work_dir);
-}
+static void teardown(void) { test_remove_dir(work_dir); }
 
-/* Runs `dbranch train ARGS`, stderr captured into err; returns the exit status. */
-static int run_train(const char *args, char *err, size_t err_size) {
-    char command[1024], err_path[128];
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", work_dir);
-    snprintf(command, sizeof command, "'%s' train %s >/dev/null 2>'%s'", binary(), args, err_path);
-    int status = system(command);
-    FILE *f = fopen(err_path, "r");
-    size_t n = f ? fread(err, 1, err_size - 1, f) : 0;
-    err[n] = '\0';
-    if (f) fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+/* Runs `dbranch train ARGS`; returns the exit status, its stderr in *err (caller frees; stdout is not kept). */
+static int run_train(const char *args, char **err) {
+    char line[1024];
+    snprintf(line, sizeof line, "train %s", args);
+    return test_run_dbranch(NULL, line, NULL, err);
 }
 
 static void copy_file(const char *from, const char *to) {
@@ -113,24 +99,20 @@ static void flip_bytes_in_dataset(const char *path, const char *dataset) {
     fclose(f);
 }
 
-static void assert_one_line_error(const char *err, const char *needle) {
-    cr_assert(strncmp(err, "dbranch train: ", 15) == 0, "stderr: %s", err);
-    cr_assert(strstr(err, needle) != NULL, "'%s' not in stderr: %s", needle, err);
-    const char *newline = strchr(err, '\n');
-    cr_assert(newline && newline[1] == '\0', "more than one line: %s", err);
-}
-
 Test(cli_qa, corrupted_checkpoint_is_refused, .init = setup, .fini = teardown, .timeout = 120) {
-    static char err[4096], args[512], checkpoint[160], damaged[160];
+    static char args[512], checkpoint[160], damaged[160];
+    char *err;
     snprintf(args, sizeof args, "--config '%s' --tokens 320", config_path);
-    cr_assert_eq(run_train(args, err, sizeof err), 0, "stderr: %s", err);
+    cr_assert_eq(run_train(args, &err), 0, "stderr: %s", err);
+    free(err);
     snprintf(checkpoint, sizeof checkpoint, "%s/run/checkpoint.h5", work_dir);
     snprintf(damaged, sizeof damaged, "%s/damaged.h5", work_dir);
 
     /* The undamaged copy resumes (a larger budget, so it trains). */
     copy_file(checkpoint, damaged);
     snprintf(args, sizeof args, "--resume '%s' --tokens 384 --out '%s/ok'", damaged, work_dir);
-    cr_assert_eq(run_train(args, err, sizeof err), 0, "stderr: %s", err);
+    cr_assert_eq(run_train(args, &err), 0, "stderr: %s", err);
+    free(err);
 
     const char *datasets[] = {"/params/layers.0.attn.wq.weight", "/params/branch.tok_emb.weight",
                               "/optim/m/layers.0.mlp.fc.weight", "/optim/v/tok_emb.weight"};
@@ -138,11 +120,12 @@ Test(cli_qa, corrupted_checkpoint_is_refused, .init = setup, .fini = teardown, .
         copy_file(checkpoint, damaged);
         flip_bytes_in_dataset(damaged, datasets[i]);
         snprintf(args, sizeof args, "--resume '%s' --tokens 384 --out '%s/bad'", damaged, work_dir);
-        cr_assert_eq(run_train(args, err, sizeof err), 1, "%s: stderr: %s", datasets[i], err);
+        cr_assert_eq(run_train(args, &err), 1, "%s: stderr: %s", datasets[i], err);
         const char *leaf = strchr(datasets[i] + 1, '/') + 1; /* the name without /params/ or /optim/ */
-        assert_one_line_error(err, leaf);
-        assert_one_line_error(err, "damaged.h5");
-        assert_one_line_error(err, "checksum");
+        test_assert_one_line_error(err, "dbranch train: ", leaf);
+        test_assert_one_line_error(err, "dbranch train: ", "damaged.h5");
+        test_assert_one_line_error(err, "dbranch train: ", "checksum");
+        free(err);
     }
 
     /* A damaged weight is refused by every reader of model files, not only --resume. */
@@ -178,11 +161,13 @@ static int read_losses(const char *path, char rows[MAX_STEPS][96]) {
 }
 
 Test(cli_qa, sigkill_then_resume_matches_an_uninterrupted_run, .init = setup, .fini = teardown, .timeout = 240) {
-    static char err[4096], args[512], log_path[160], checkpoint[160];
+    static char args[512], log_path[160], checkpoint[160];
+    char *err;
     static char full[MAX_STEPS][96], resumed[MAX_STEPS][96];
     /* Uninterrupted: 40 steps, checkpoints every 10. */
     snprintf(args, sizeof args, "--config '%s' --out '%s/full'", config_path, work_dir);
-    cr_assert_eq(run_train(args, err, sizeof err), 0, "stderr: %s", err);
+    cr_assert_eq(run_train(args, &err), 0, "stderr: %s", err);
+    free(err);
     snprintf(log_path, sizeof log_path, "%s/full/log.jsonl", work_dir);
     cr_assert_eq(read_losses(log_path, full), 40);
 
@@ -191,12 +176,13 @@ Test(cli_qa, sigkill_then_resume_matches_an_uninterrupted_run, .init = setup, .f
      * after the run has finished however fast the steps are. */
     snprintf(log_path, sizeof log_path, "%s/run/log.jsonl", work_dir);
     snprintf(checkpoint, sizeof checkpoint, "%s/run/checkpoint.h5", work_dir);
+    const char *binary = test_dbranch_binary();
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
         if (!freopen("/dev/null", "w", stdout)) _exit(99);
         setenv("DBRANCH_TEST_PAUSE_AFTER_STEP", "25", 1);
-        execl(binary(), binary(), "train", "--config", config_path, (char *)NULL);
+        execl(binary, binary, "train", "--config", config_path, (char *)NULL);
         _exit(98);
     }
     int status = 0;
@@ -209,7 +195,8 @@ Test(cli_qa, sigkill_then_resume_matches_an_uninterrupted_run, .init = setup, .f
     cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 
     snprintf(args, sizeof args, "--resume '%s'", checkpoint);
-    cr_assert_eq(run_train(args, err, sizeof err), 0, "stderr: %s", err);
+    cr_assert_eq(run_train(args, &err), 0, "stderr: %s", err);
+    free(err);
     cr_assert(read_losses(log_path, resumed) > 40, "the resumed run appends to the same log");
     for (int step = 1; step <= 40; step++)
         cr_assert_str_eq(resumed[step], full[step], "step %d: resumed '%s' vs uninterrupted '%s'", step, resumed[step],
@@ -224,49 +211,57 @@ static void write_text(const char *path, const char *text, size_t n) {
 }
 
 Test(cli_qa, config_files_that_are_not_configs, .init = setup, .fini = teardown, .timeout = 60) {
-    static char err[4096], args[512], path[160];
+    static char args[512], path[160];
+    char *err;
 
     /* A key set twice: the line of the second one is named. */
     snprintf(path, sizeof path, "%s/twice.ini", work_dir);
     const char twice[] = "[model]\nfamily = nanogpt\nd_model = 16\nd_model = 32\n";
     write_text(path, twice, sizeof twice - 1);
     snprintf(args, sizeof args, "--config '%s'", path);
-    cr_assert_eq(run_train(args, err, sizeof err), 1, "stderr: %s", err);
-    assert_one_line_error(err, "twice.ini line 4");
-    assert_one_line_error(err, "model.d_model");
+    cr_assert_eq(run_train(args, &err), 1, "stderr: %s", err);
+    test_assert_one_line_error(err, "dbranch train: ", "twice.ini line 4");
+    test_assert_one_line_error(err, "dbranch train: ", "model.d_model");
+    free(err);
 
     /* A directory. */
     snprintf(args, sizeof args, "--config '%s'", work_dir);
-    cr_assert_eq(run_train(args, err, sizeof err), 1, "stderr: %s", err);
-    assert_one_line_error(err, work_dir);
+    cr_assert_eq(run_train(args, &err), 1, "stderr: %s", err);
+    test_assert_one_line_error(err, "dbranch train: ", work_dir);
+    free(err);
 
     /* Binary bytes (a NUL hides the rest of its line from the INI reader). */
     snprintf(path, sizeof path, "%s/binary.ini", work_dir);
     const char binary_text[] = "[model]\nfamily = nanogpt\n\0\x01\x02[data]\npath = x.h5\n";
     write_text(path, binary_text, sizeof binary_text - 1);
     snprintf(args, sizeof args, "--config '%s'", path);
-    cr_assert_eq(run_train(args, err, sizeof err), 1, "stderr: %s", err);
-    assert_one_line_error(err, "binary.ini");
+    cr_assert_eq(run_train(args, &err), 1, "stderr: %s", err);
+    test_assert_one_line_error(err, "dbranch train: ", "binary.ini");
+    free(err);
 
     /* An empty file. */
     snprintf(path, sizeof path, "%s/empty.ini", work_dir);
     write_text(path, "", 0);
     snprintf(args, sizeof args, "--config '%s'", path);
-    cr_assert_eq(run_train(args, err, sizeof err), 1, "stderr: %s", err);
-    assert_one_line_error(err, "empty.ini");
+    cr_assert_eq(run_train(args, &err), 1, "stderr: %s", err);
+    test_assert_one_line_error(err, "dbranch train: ", "empty.ini");
+    free(err);
 
     /* The good config still runs (the checks reject nothing real). */
     snprintf(args, sizeof args, "--config '%s' --tokens 64", config_path);
-    cr_assert_eq(run_train(args, err, sizeof err), 0, "stderr: %s", err);
+    cr_assert_eq(run_train(args, &err), 0, "stderr: %s", err);
+    free(err);
 }
 
 Test(cli_qa, truncated_token_dataset_is_refused, .init = setup, .fini = teardown, .timeout = 60) {
-    static char err[4096], args[512], data_path[160];
+    static char args[512], data_path[160];
+    char *err;
     snprintf(data_path, sizeof data_path, "%s/data.h5", work_dir);
     struct stat info;
     cr_assert_eq(stat(data_path, &info), 0);
     cr_assert_eq(truncate(data_path, info.st_size / 2), 0); /* `truncate -s half` */
     snprintf(args, sizeof args, "--config '%s'", config_path);
-    cr_assert_eq(run_train(args, err, sizeof err), 1, "stderr: %s", err);
-    assert_one_line_error(err, data_path);
+    cr_assert_eq(run_train(args, &err), 1, "stderr: %s", err);
+    test_assert_one_line_error(err, "dbranch train: ", data_path);
+    free(err);
 }

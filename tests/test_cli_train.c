@@ -14,20 +14,16 @@
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
+#include "support/run_dbranch.h"
+#include "support/scratch.h"
 #include "train/checkpoint.h"
 
 static char work_dir[64];
 static char config_path[128];
 
-static const char *binary(void) {
-    const char *path = getenv("DBRANCH_BINARY");
-    cr_assert(path != NULL, "DBRANCH_BINARY is not set (run through ctest)");
-    return path;
-}
-
+/* A scratch dir holding data.h5 (random letters a..h, byte tokenizer) and run.ini (a one-layer model). */
 static void setup(void) {
-    snprintf(work_dir, sizeof work_dir, "/tmp/dbranch_cli_train_XXXXXX");
-    cr_assert(mkdtemp(work_dir) != NULL);
+    test_scratch_dir(work_dir, sizeof work_dir, "cli_train");
     enum { N_TRAIN = 6000, N_VAL = 600 };
     int32_t tokens[N_TRAIN + N_VAL];
     dt_rng rng;
@@ -54,30 +50,13 @@ static void setup(void) {
     fclose(f);
 }
 
-static void teardown(void) {
-    char command[160];
-    snprintf(command, sizeof command, "rm -rf '%s'", work_dir);
-    if (work_dir[0] && system(command) != 0) fprintf(stderr, "could not remove %s\n", work_dir);
-}
+static void teardown(void) { test_remove_dir(work_dir); }
 
-/* Runs `dbranch train ARGS` with stdout and stderr captured; returns the exit status. */
-static int run_train(const char *args, char *out, size_t out_size, char *err, size_t err_size) {
-    char command[1024], out_path[128], err_path[128];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", work_dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", work_dir);
-    snprintf(command, sizeof command, "'%s' train %s >'%s' 2>'%s'", binary(), args, out_path, err_path);
-    int status = system(command);
-    const char *paths[2] = {out_path, err_path};
-    char *buffers[2] = {out, err};
-    size_t sizes[2] = {out_size, err_size};
-    for (int i = 0; i < 2; i++) {
-        if (!buffers[i]) continue;
-        FILE *f = fopen(paths[i], "r");
-        size_t n = f ? fread(buffers[i], 1, sizes[i] - 1, f) : 0;
-        buffers[i][n] = '\0';
-        if (f) fclose(f);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+/* Runs `dbranch train ARGS`; returns the exit status, stdout / stderr in *out, *err (caller frees; NULL: not kept). */
+static int run_train(const char *args, char **out, char **err) {
+    char line[1024];
+    snprintf(line, sizeof line, "train %s", args);
+    return test_run_dbranch(NULL, line, out, err);
 }
 
 static int count_lines(const char *path, const char *needle) {
@@ -91,51 +70,55 @@ static int count_lines(const char *path, const char *needle) {
     return n;
 }
 
-static void assert_one_line_error(const char *err, const char *needle) {
-    cr_assert(strncmp(err, "dbranch train: ", 15) == 0, "stderr: %s", err);
-    cr_assert(strstr(err, needle) != NULL, "'%s' not in stderr: %s", needle, err);
-    const char *newline = strchr(err, '\n');
-    cr_assert(newline && newline[1] == '\0', "more than one line: %s", err);
-}
-
 Test(cli_train, help, .init = setup, .fini = teardown) {
-    static char out[8192];
-    cr_assert_eq(run_train("--help", out, sizeof out, NULL, 0), 0);
+    char *out;
+    cr_assert_eq(run_train("--help", &out, NULL), 0);
     cr_assert(strstr(out, "--resume") && strstr(out, "--set") && strstr(out, "--tokens") && strstr(out, "143"), "%s",
               out);
+    free(out);
 }
 
 Test(cli_train, bad_input_is_one_line_error, .init = setup, .fini = teardown) {
-    static char out[8192], err[4096], args[512];
-    cr_assert_neq(run_train("", out, sizeof out, err, sizeof err), 0);
-    assert_one_line_error(err, "--config");
+    static char args[512];
+    char *err;
+    cr_assert_neq(run_train("", NULL, &err), 0);
+    test_assert_one_line_error(err, "dbranch train: ", "--config");
+    free(err);
 
-    cr_assert_eq(run_train("--config /nonexistent/run.ini", out, sizeof out, err, sizeof err), 1);
-    assert_one_line_error(err, "/nonexistent/run.ini");
+    cr_assert_eq(run_train("--config /nonexistent/run.ini", NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch train: ", "/nonexistent/run.ini");
+    free(err);
 
     snprintf(args, sizeof args, "--config '%s' --set train.learning_rate=3", config_path);
-    cr_assert_eq(run_train(args, out, sizeof out, err, sizeof err), 1);
-    assert_one_line_error(err, "train.learning_rate");
+    cr_assert_eq(run_train(args, NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch train: ", "train.learning_rate");
+    free(err);
 
     snprintf(args, sizeof args, "--config '%s' --set model.d_model=abc", config_path);
-    cr_assert_eq(run_train(args, out, sizeof out, err, sizeof err), 1);
-    assert_one_line_error(err, "abc");
+    cr_assert_eq(run_train(args, NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch train: ", "abc");
+    free(err);
 
     snprintf(args, sizeof args, "--config '%s' --set data.path=/nonexistent/data.h5", config_path);
-    cr_assert_eq(run_train(args, out, sizeof out, err, sizeof err), 1);
-    assert_one_line_error(err, "/nonexistent/data.h5");
+    cr_assert_eq(run_train(args, NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch train: ", "/nonexistent/data.h5");
+    free(err);
 
     snprintf(args, sizeof args, "--config '%s' --bogus", config_path);
-    cr_assert_neq(run_train(args, out, sizeof out, err, sizeof err), 0);
-    assert_one_line_error(err, "--bogus");
+    cr_assert_neq(run_train(args, NULL, &err), 0);
+    test_assert_one_line_error(err, "dbranch train: ", "--bogus");
+    free(err);
 }
 
 Test(cli_train, run_then_resume_with_larger_budget, .init = setup, .fini = teardown, .timeout = 120) {
-    static char out[65536], err[4096], args[512], log_path[160], checkpoint[160];
+    static char args[512], log_path[160], checkpoint[160];
+    char *out, *err;
     snprintf(args, sizeof args, "--config '%s' --threads 1", config_path);
-    cr_assert_eq(run_train(args, out, sizeof out, err, sizeof err), 0, "stderr: %s", err);
+    cr_assert_eq(run_train(args, &out, &err), 0, "stderr: %s", err);
     cr_assert(strstr(out, "[model]") && strstr(out, "tokens = 320"), "the resolved config is printed: %s", out);
     cr_assert(strstr(out, "final: val loss") != NULL, "%s", out);
+    free(out);
+    free(err);
     snprintf(log_path, sizeof log_path, "%s/run/log.jsonl", work_dir);
     snprintf(checkpoint, sizeof checkpoint, "%s/run/checkpoint.h5", work_dir);
     cr_assert_eq(count_lines(log_path, "\"type\":\"step\""), 10); /* 320 tokens / (2 * 16) */
@@ -143,7 +126,8 @@ Test(cli_train, run_then_resume_with_larger_budget, .init = setup, .fini = teard
 
     /* Resume without --config (the checkpoint stores it) and with twice the budget. */
     snprintf(args, sizeof args, "--resume '%s' --tokens 640", checkpoint);
-    cr_assert_eq(run_train(args, out, sizeof out, err, sizeof err), 0, "stderr: %s", err);
+    cr_assert_eq(run_train(args, NULL, &err), 0, "stderr: %s", err);
+    free(err);
     cr_assert_eq(count_lines(log_path, "\"type\":\"step\""), 20);
     cr_assert_eq(count_lines(log_path, "\"type\":\"step\",\"step\":20,"), 1);
     train_state state;
@@ -158,11 +142,12 @@ Test(cli_train, sigterm_checkpoints_and_exits_143, .init = setup, .fini = teardo
     snprintf(log_path, sizeof log_path, "%s/run/log.jsonl", work_dir);
     snprintf(checkpoint, sizeof checkpoint, "%s/run/checkpoint.h5", work_dir);
     snprintf(out_path, sizeof out_path, "%s/stdout.txt", work_dir);
+    const char *binary = test_dbranch_binary();
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
         if (!freopen(out_path, "w", stdout)) _exit(99);
-        execl(binary(), binary(), "train", "--config", config_path, "--tokens", "1e7", (char *)NULL);
+        execl(binary, binary, "train", "--config", config_path, "--tokens", "1e7", (char *)NULL);
         _exit(98);
     }
     /* Wait until a few steps are logged, then ask it to stop. */

@@ -10,19 +10,13 @@
 
 #include "core/rng.h"
 #include "data/loader.h"
+#include "support/scratch.h"
 
 static char temp_dir[64];
 
-static void make_temp_dir(void) {
-    snprintf(temp_dir, sizeof temp_dir, "/tmp/dbranch_loader_XXXXXX");
-    cr_assert(mkdtemp(temp_dir) != NULL);
-}
+static void make_temp_dir(void) { test_scratch_dir(temp_dir, sizeof temp_dir, "loader"); }
 
-static void remove_temp_dir(void) {
-    char command[128];
-    snprintf(command, sizeof command, "rm -rf '%s'", temp_dir);
-    cr_assert_eq(system(command), 0);
-}
+static void remove_temp_dir(void) { test_remove_dir(temp_dir); }
 
 TestSuite(data_loader, .init = make_temp_dir, .fini = remove_temp_dir);
 

@@ -11,19 +11,13 @@
 #include "core/h5.h"
 #include "core/rng.h"
 #include "data/tokens.h"
+#include "support/scratch.h"
 
 static char temp_dir[64];
 
-static void make_temp_dir(void) {
-    snprintf(temp_dir, sizeof temp_dir, "/tmp/dbranch_tokens_XXXXXX");
-    cr_assert(mkdtemp(temp_dir) != NULL);
-}
+static void make_temp_dir(void) { test_scratch_dir(temp_dir, sizeof temp_dir, "tokens"); }
 
-static void remove_temp_dir(void) {
-    char command[128];
-    snprintf(command, sizeof command, "rm -rf '%s'", temp_dir);
-    cr_assert_eq(system(command), 0);
-}
+static void remove_temp_dir(void) { test_remove_dir(temp_dir); }
 
 TestSuite(data_tokens, .init = make_temp_dir, .fini = remove_temp_dir);
 

@@ -6,30 +6,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "data/tokenizer.h"
 #include "data/tokens.h"
 #include "eval/eval_loss.h"
 #include "models/model_io.h"
 #include "support/run_dbranch.h"
+#include "support/scratch.h"
 #include "test_eval_util.h"
 
 static char dir[256];
 
-static void setup(void) {
-    snprintf(dir, sizeof dir, "/tmp/dbranch_test_eval_cli_%d", (int)getpid());
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    cr_assert(system(cmd) == 0);
-}
+static void setup(void) { test_scratch_dir(dir, sizeof dir, "eval_cli"); }
 
-static void teardown(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
-}
+static void teardown(void) { test_remove_dir(dir); }
 
 /* Runs `dbranch ARGS` on one thread; returns the exit code, stdout/stderr in *out, *err (caller frees). */
 static int run(const char *args, char **out, char **err) { return test_run_dbranch("OMP_NUM_THREADS=1", args, out, err); }
@@ -102,8 +92,7 @@ Test(eval_cli, eval_bad_inputs) {
     write_data(data_path, sizeof data_path);
     snprintf(args, sizeof args, "eval --model %s/missing.h5 --data %s", dir, data_path);
     cr_expect_eq(run(args, &out, &err), 1);
-    cr_expect(strncmp(err, "dbranch eval: ", 14) == 0 && strstr(err, "missing.h5"), "%s", err);
-    cr_expect(strchr(err, '\n') == err + strlen(err) - 1, "one line: %s", err);
+    test_assert_one_line_error(err, "dbranch eval: ", "missing.h5");
     free(out);
     free(err);
 

@@ -7,12 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "models/model.h"
 #include "models/model_info.h"
 #include "models/model_io.h"
+#include "support/run_dbranch.h"
+#include "support/scratch.h"
 
 static void set_pairs(model_config *c, const char *pairs) {
     char buf[256];
@@ -195,22 +196,24 @@ Test(info, moe_grouped_decode_loads_the_union_of_experts) {
 
 /* ---------- dbranch info (when the binary is built) ---------- */
 
-static int run(const char *command, char *out, size_t capacity) {
-    FILE *p = popen(command, "r");
-    cr_assert_not_null(p);
-    size_t n = fread(out, 1, capacity - 1, p);
-    out[n] = '\0';
-    int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+/* Runs `dbranch info ARGS`; returns the exit code, stdout / stderr in *out, *err (caller frees). */
+static int run_info(const char *args, char **out, char **err) {
+    char line[2048];
+    snprintf(line, sizeof line, "info %s", args);
+    return test_run_dbranch(NULL, line, out, err);
 }
 
-Test(info, cli_reads_config_files_and_models) {
+static char dir[64];
+
+static void make_dir(void) { test_scratch_dir(dir, sizeof dir, "info"); }
+
+static void remove_dir(void) { test_remove_dir(dir); }
+
+Test(info, cli_reads_config_files_and_models, .init = make_dir, .fini = remove_dir) {
     const char *binary = getenv("DBRANCH_BINARY");
     const char *root = getenv("DBRANCH_SOURCE_DIR");
     if (!binary || access(binary, X_OK) != 0 || !root) cr_skip_test("dbranch binary not built");
-    char dir[] = "/tmp/dbranch_info_XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    char ini[300], cmd[2048], out[16384];
+    char ini[300], args[1024], *out, *err;
     snprintf(ini, sizeof ini, "%s/model.ini", dir);
     FILE *f = fopen(ini, "w");
     fputs("# model of a run\nseed = 3\n[model]\nfamily = llama\nvocab_size = 56\nblock_size = 16\nn_layer = 3\n"
@@ -219,41 +222,50 @@ Test(info, cli_reads_config_files_and_models) {
     fclose(f);
 
     /* Same config as reference 07: the exact figures of llama_branch_figures_by_hand. */
-    snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", binary, ini);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "'%s'", ini);
+    cr_assert_eq(run_info(args, &out, &err), 0, "%s", err);
     cr_assert(strstr(out, "decode FLOPs 65024 / 123904"), "%s", out);
     cr_assert(strstr(out, "KV bytes 6144 / 6144 / 12288"), "%s", out);
+    free(out);
+    free(err);
 
-    snprintf(cmd, sizeof cmd, "'%s' info '%s' --set share=off --context 8 2>&1", binary, ini);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "'%s' --set share=off --context 8", ini);
+    cr_assert_eq(run_info(args, &out, &err), 0, "%s", err);
     cr_assert(strstr(out, "share=off"), "%s", out);
     cr_assert(strstr(out, "decode step at context 8"), "%s", out);
+    free(out);
+    free(err);
 
-    snprintf(cmd, sizeof cmd, "'%s' info '%s/tests/reference/05_moe_base.h5' 2>&1", binary, root);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "'%s/tests/reference/05_moe_base.h5'", root);
+    cr_assert_eq(run_info(args, &out, &err), 0, "%s", err);
     cr_assert(strstr(out, "family=moe"), "%s", out);
+    free(out);
+    free(err);
 
-    /* Bad inputs: one line naming the problem, non-zero exit. */
+    /* Bad inputs: one line naming the problem, non-zero exit, nothing on stdout. */
     const char *bad[][2] = {{"--set n_layer=12x", "n_layer"},
                             {"--set bogus=1", "bogus"},
                             {"--context 99", "block_size"},
                             {"--set n_head=3", "n_head"}};
     for (int i = 0; i < 4; i++) {
-        snprintf(cmd, sizeof cmd, "'%s' info '%s' %s 2>&1", binary, ini, bad[i][0]);
-        cr_assert_neq(run(cmd, out, sizeof out), 0, "%s accepted", bad[i][0]);
-        cr_assert(strstr(out, "dbranch info: ") == out && strstr(out, bad[i][1]), "%s", out);
-        cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "one line: %s", out);
+        snprintf(args, sizeof args, "'%s' %s", ini, bad[i][0]);
+        cr_assert_neq(run_info(args, &out, &err), 0, "%s accepted", bad[i][0]);
+        test_assert_one_line_error(err, "dbranch info: ", bad[i][1]);
+        cr_assert_str_empty(out, "%s: stdout: %s", bad[i][0], out);
+        free(out);
+        free(err);
     }
-    snprintf(cmd, sizeof cmd, "'%s' info '%s/missing.h5' 2>&1", binary, dir);
-    cr_assert_neq(run(cmd, out, sizeof out), 0);
-    cr_assert(strstr(out, "no such file"), "%s", out);
+    snprintf(args, sizeof args, "'%s/missing.h5'", dir);
+    cr_assert_neq(run_info(args, &out, &err), 0);
+    cr_assert(strstr(err, "no such file"), "%s", err);
+    free(out);
+    free(err);
     f = fopen(ini, "w");
     fputs("[model]\nn_layers = 3\n", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", binary, ini);
-    cr_assert_neq(run(cmd, out, sizeof out), 0);
-    cr_assert(strstr(out, "n_layers") && strstr(out, ":2:"), "%s", out);
-
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    snprintf(args, sizeof args, "'%s'", ini);
+    cr_assert_neq(run_info(args, &out, &err), 0);
+    cr_assert(strstr(err, "n_layers") && strstr(err, ":2:"), "%s", err);
+    free(out);
+    free(err);
 }

@@ -12,19 +12,13 @@
 
 #include "core/h5.h"
 #include "models/model_io.h"
+#include "support/scratch.h"
 
 static char tmp_dir[256];
 
-static void make_tmp_dir(void) {
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/dbranch_models_io_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
-}
+static void make_tmp_dir(void) { test_scratch_dir(tmp_dir, sizeof tmp_dir, "models_io"); }
 
-static void remove_tmp_dir(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    cr_assert_eq(system(cmd), 0);
-}
+static void remove_tmp_dir(void) { test_remove_dir(tmp_dir); }
 
 TestSuite(io, .init = make_tmp_dir, .fini = remove_tmp_dir);
 

@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "data/tokens.h"
 #include "models/model_io.h"
+#include "support/scratch.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -51,17 +52,12 @@ static void write_dataset(void) {
 }
 
 static void setup(void) {
-    snprintf(work_dir, sizeof work_dir, "/tmp/dbranch_train_XXXXXX");
-    cr_assert(mkdtemp(work_dir) != NULL);
+    test_scratch_dir(work_dir, sizeof work_dir, "train");
     snprintf(data_path, sizeof data_path, "%s/words.h5", work_dir);
     write_dataset();
 }
 
-static void teardown(void) {
-    char command[160];
-    snprintf(command, sizeof command, "rm -rf '%s'", work_dir);
-    if (work_dir[0] && system(command) != 0) fprintf(stderr, "could not remove %s\n", work_dir);
-}
+static void teardown(void) { test_remove_dir(work_dir); }
 
 static train_config tiny_config(const char *out_name, int branch, optim_kind optimizer) {
     train_config cfg = train_config_default();
