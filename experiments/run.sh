@@ -122,8 +122,11 @@ begin_study() {
 
 end_study() {
     exp_table "$CURRENT"
-    local name rest
-    while IFS=$'\t' read -r name rest; do exp_row_curve "$CURRENT" "$name"; done <"$OUT/$CURRENT/rows.tsv"
+    local name reference rest
+    while IFS=$'\t' read -r name reference rest; do
+        exp_row_curve "$CURRENT" "$name"
+        [ "$reference" = - ] || exp_row_diff "$CURRENT" "$name" "$reference"
+    done <"$OUT/$CURRENT/rows.tsv"
     echo "   table: $OUT/$CURRENT/table.md" >&2
 }
 
@@ -139,12 +142,15 @@ study_matched() {
         done
     done
     end_study
+    local twins=()
     for corpus in $CORPORA; do
         for family in $FAMILIES; do
             exp_plot_curves matched "$corpus-$family" "$family on $corpus: baseline vs Decode-Branch (mean of seeds)" \
                 "$corpus-$family-base" "$corpus-$family-branch"
+            twins+=("$corpus-$family-branch")
         done
     done
+    exp_plot_diffs matched all "Decode-Branch vs its baseline, paired by seed (below 0: the twin is better)" "${twins[@]}"
 }
 
 # The twin costs about one more pass of every shared matrix per token
@@ -159,6 +165,8 @@ study_control() {
     end_study
     exp_plot_curves control all "nanogpt on kjv: Decode-Branch vs compute-matched baselines" \
         base branch base-2x-layers base-2x-tokens
+    exp_plot_diffs control all "nanogpt on kjv: each row vs the baseline, paired by seed" \
+        branch base-2x-layers base-2x-tokens
 }
 
 study_ablations() {
@@ -176,6 +184,8 @@ study_ablations() {
     end_study
     exp_plot_curves ablations all "nanogpt on kjv: Decode-Branch ablations" \
         base branch couple-off share-off branch-emb-shared detach-primary alpha-fixed-0.5 branch-only
+    exp_plot_diffs ablations all "nanogpt on kjv: each ablation vs the default twin, paired by seed" \
+        couple-off share-off branch-emb-shared detach-primary alpha-fixed-0.5 branch-only
 }
 
 # One MoE row: trains it, then records its decode cost from `dbranch info`

@@ -185,11 +185,28 @@ Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = set
     cr_assert_float_eq(twin->rel_diff, rel, 1e-3, "relative difference %g%% vs %g%% from the logs", twin->rel_diff,
                        rel);
 
+    /* The paired-difference curve ends at that same difference. */
+    char path[256], line[1024];
+    snprintf(path, sizeof path, "%s/out/matched/kjv-nanogpt-branch/diff.dat", work_dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL, "%s is missing", path);
+    double curve_tokens = 0, curve_diff = NAN, tokens_before = -1;
+    int n_points = 0;
+    while (fgets(line, sizeof line, f)) {
+        cr_assert_eq(sscanf(line, "%lf %lf", &curve_tokens, &curve_diff), 2, "%s: bad line '%s'", path, line);
+        cr_assert(curve_tokens > tokens_before, "%s: tokens not increasing", path);
+        tokens_before = curve_tokens;
+        n_points++;
+    }
+    fclose(f);
+    cr_assert(n_points >= 1, "%s is empty", path);
+    cr_assert_float_eq(curve_tokens, (double)twin->tokens, 0.5, "%s ends at %g tokens", path, curve_tokens);
+    cr_assert_float_eq(curve_diff, rel, 1e-3, "%s ends at %g%%, the logs give %g%%", path, curve_diff, rel);
+
     /* MoE decode cost: every row has its experts and weight bytes per step
      * (dbranch info) and a measured decode time (bench decode). */
-    char path[256], line[1024];
     snprintf(path, sizeof path, "%s/out/moe/cost.tsv", work_dir);
-    FILE *f = fopen(path, "r");
+    f = fopen(path, "r");
     cr_assert(f != NULL, "%s is missing", path);
     cr_assert(fgets(line, sizeof line, f) != NULL);
     int n_cost = 0;
@@ -210,7 +227,8 @@ Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = set
     /* Plots, when gnuplot is installed (the tables do not need it). */
     if (system("command -v gnuplot >/dev/null 2>&1") == 0) {
         static const char *plots[] = {"matched/loss_kjv-nanogpt.png", "matched/loss_pycode-moe.png",
-                                      "control/loss_all.png", "ablations/loss_all.png", "moe/moe_tradeoff.png"};
+                                      "control/loss_all.png", "ablations/loss_all.png", "moe/moe_tradeoff.png",
+                                      "matched/diff_all.png", "control/diff_all.png", "ablations/diff_all.png"};
         for (size_t i = 0; i < sizeof plots / sizeof plots[0]; i++) {
             snprintf(path, sizeof path, "%s/out/%s", work_dir, plots[i]);
             cr_assert(file_exists(path), "%s is missing", path);

@@ -38,3 +38,22 @@ exp_plot_moe_tradeoff() {
     gnuplot -e "data='$OUT/moe/tradeoff.dat'; out='$OUT/moe/moe_tradeoff.png'" \
         "$ROOT/experiments/plot/moe_tradeoff.gp"
 }
+
+# The paired relative difference against the reference row along training,
+# one curve per row (OUT/STUDY/ROW/diff.dat, exp_row_diff):
+#   exp_plot_diffs STUDY NAME TITLE ROW... -> OUT/STUDY/diff_NAME.png
+exp_plot_diffs() {
+    local study=$1 name=$2 title=$3
+    shift 3
+    exp_have_gnuplot || return 0
+    local files="" titles="" row
+    for row in "$@"; do
+        local dat="$OUT/$study/$row/diff.dat"
+        [ -s "$dat" ] || continue
+        files="$files $dat"
+        titles="$titles $row"
+    done
+    [ -n "$files" ] || return 0
+    gnuplot -e "files='${files# }'; titles='${titles# }'; out='$OUT/$study/diff_$name.png'; plot_title='$title'" \
+        "$ROOT/experiments/plot/diff_vs_tokens.gp"
+}

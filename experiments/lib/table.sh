@@ -89,3 +89,22 @@ exp_row_curve() { # study row
     done | awk '{ s[$1] += $2; n[$1]++ } END { for (t in s) printf "%d %.6f\n", t, s[t] / n[t] }' |
         sort -n >"$dir/curve.dat"
 }
+
+# The paired relative difference of a row against its reference along
+# training: at every eval point, 100 (loss − reference loss) / reference loss
+# per seed finished in both, then the mean over those seeds, as "tokens
+# diff" lines in OUT/<study>/<row>/diff.dat. The same pairing as the table's
+# rel. diff column, so the curve's last point is that column's mean.
+exp_row_diff() { # study row reference
+    local dir="$OUT/$1/$2" ref_dir="$OUT/$1/$3"
+    [ -d "$dir" ] && [ -d "$ref_dir" ] || return 0
+    local seed_dir seed
+    for seed_dir in "$dir"/seed*; do
+        seed=${seed_dir##*/}
+        [ -f "$seed_dir/done" ] && [ -f "$ref_dir/$seed/done" ] || continue
+        # "tokens loss" of the reference, then of the row: join on tokens.
+        { exp_curve "$ref_dir/$seed/log.jsonl" | sed 's/^/ref /'; exp_curve "$seed_dir/log.jsonl" | sed 's/^/row /'; }
+    done | awk '$1 == "ref" { ref[$2] = $3; next }
+        ($2 in ref) && ref[$2] > 0 { s[$2] += 100 * ($3 - ref[$2]) / ref[$2]; n[$2]++; delete ref[$2] }
+        END { for (t in s) printf "%d %.4f\n", t, s[t] / n[t] }' | sort -n >"$dir/diff.dat"
+}
