@@ -59,6 +59,7 @@ Test(errors, linear) {
     EXPECT_ERROR(ag_linear(&ctx, x234, v4, NULL), "linear", "weight", "[4]");
     EXPECT_ERROR(ag_linear(&ctx, x234, m64, v4), "linear", "[6, 4]", "[4]");
     EXPECT_ERROR(ag_linear(&ctx, ids6x2, m64, NULL), "linear", "float32");
+    cr_assert_eq(ctx.n_nodes, 0, "the refused calls left %d nodes on the tape", ctx.n_nodes);
 }
 
 Test(errors, elementwise) {
@@ -71,6 +72,7 @@ Test(errors, elementwise) {
     EXPECT_ERROR(ag_logsumexp2(&ctx, m64, m65), "logsumexp2", "[6, 4]", "[6, 5]");
     EXPECT_ERROR(ag_scale(&ctx, ids6, 2.0f), "scale", "float32");
     EXPECT_ERROR(ag_sum(&ctx, ids6), "sum", "float32");
+    cr_assert_eq(ctx.n_nodes, 0, "the refused calls left %d nodes on the tape", ctx.n_nodes);
 }
 
 Test(errors, shape_ops) {
@@ -79,6 +81,7 @@ Test(errors, shape_ops) {
     EXPECT_ERROR(ag_concat_last(&ctx, x234, m64), "concat_last", "[2, 3, 4]", "[6, 4]");
     EXPECT_ERROR(ag_slice_last(&ctx, x234, 2, 3), "slice_last", "[2, 5)", "[2, 3, 4]");
     EXPECT_ERROR(ag_slice_last(&ctx, x234, -1, 2), "slice_last", "[-1, 1)");
+    cr_assert_eq(ctx.n_nodes, 0, "the refused calls left %d nodes on the tape", ctx.n_nodes);
 }
 
 Test(errors, indexing_names_the_bad_id) {
@@ -99,6 +102,7 @@ Test(errors, indexing_names_the_bad_id) {
     dt_i32(ids6x2)[11] = 4;
     EXPECT_ERROR(ag_gather_cols(&ctx, m64, ids6x2), "gather_cols", "idx[11] = 4", "[0, 4)");
     EXPECT_ERROR(ag_gather_cols(&ctx, m64, ids6), "gather_cols", "[6, 4]", "[6]");
+    cr_assert_eq(ctx.n_nodes, 0, "the refused calls left %d nodes on the tape", ctx.n_nodes);
 }
 
 Test(errors, norms_and_activations) {
@@ -110,6 +114,7 @@ Test(errors, norms_and_activations) {
     EXPECT_ERROR(ag_silu(&ctx, ids6), "silu", "float32");
     EXPECT_ERROR(ag_softmax(&ctx, ids6), "softmax", "float32");
     EXPECT_ERROR(ag_log_softmax(&ctx, ids6), "log_softmax", "float32");
+    cr_assert_eq(ctx.n_nodes, 0, "the refused calls left %d nodes on the tape", ctx.n_nodes);
 }
 
 Test(errors, rope_and_attention) {
@@ -127,6 +132,7 @@ Test(errors, rope_and_attention) {
     dt_tensor_free(q);
     dt_tensor_free(kv);
     dt_tensor_free(kv_long);
+    cr_assert_eq(ctx.n_nodes, 0, "the refused calls left %d nodes on the tape", ctx.n_nodes);
 }
 
 Test(errors, losses) {
@@ -141,4 +147,5 @@ Test(errors, losses) {
     EXPECT_ERROR(ag_mixture_nll(&ctx, m64, m64, ids6, 0.5f, 1.5f, 0, 0, NULL), "mixture_nll", "1.5");
     EXPECT_ERROR(ag_moe_balance(&ctx, x234, (const float[4]){0}), "moe_balance", "[2, 3, 4]");
     EXPECT_ERROR(ag_moe_balance(&ctx, m64, NULL), "moe_balance", "fractions");
+    cr_assert_eq(ctx.n_nodes, 0, "the refused calls left %d nodes on the tape", ctx.n_nodes);
 }

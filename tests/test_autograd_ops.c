@@ -66,7 +66,9 @@ static void free_case(op_case *c) {
         dt_tensor_free(c->ids[i]);
 }
 
-/* Runs the checker over the listed inputs (indices into c->t) and asserts. */
+/* Runs the checker over the listed inputs (indices into c->t); returns the
+ * worst error, which the calling test asserts below tol. The checker's report
+ * is logged (as an error when the check fails, so the failure says why). */
 static double check_inputs(const char *what, gradcheck_build_fn build, op_case *c, const int *which, int n_which,
                            double eps, double tol) {
     dt_tensor *inputs[6];
@@ -74,8 +76,10 @@ static double check_inputs(const char *what, gradcheck_build_fn build, op_case *
         inputs[i] = c->t[which[i]];
     char report[512];
     double error = gradcheck(&ctx, build, c, inputs, n_which, eps, tol, report, sizeof report);
-    cr_log_info("%s: %s", what, report);
-    cr_assert(error < tol, "%s: %s", what, report);
+    if (error < tol)
+        cr_log_info("%s: %s", what, report);
+    else
+        cr_log_error("%s: %s", what, report);
     return error;
 }
 
@@ -99,7 +103,7 @@ Test(grad, linear_with_bias_3d_input) {
     c.t[0] = param(1, 1.0f, DT_SHAPE(3, 5, 7)); /* x [B,T,K]: leading dims flatten to 15 rows */
     c.t[1] = param(2, 0.5f, DT_SHAPE(9, 7));    /* weight [N,K] */
     c.t[2] = param(3, 1.0f, DT_SHAPE(9));       /* bias [N] */
-    check_all("linear+bias", build_linear, &c);
+    cr_assert(check_all("linear+bias", build_linear, &c) < TOL, "%s: see the logged report", "linear+bias");
     free_case(&c);
 }
 
@@ -107,7 +111,7 @@ Test(grad, linear_without_bias) {
     op_case c = {0};
     c.t[0] = param(4, 1.0f, DT_SHAPE(11, 6));
     c.t[1] = param(5, 0.5f, DT_SHAPE(5, 6));
-    check_all("linear", build_linear, &c);
+    cr_assert(check_all("linear", build_linear, &c) < TOL, "%s: see the logged report", "linear");
     free_case(&c);
 }
 
@@ -138,16 +142,16 @@ Test(grad, add_and_mul) {
     op_case c = {0};
     c.t[0] = param(6, 1.0f, DT_SHAPE(3, 5, 7));
     c.t[1] = param(7, 1.0f, DT_SHAPE(3, 5, 7));
-    check_all("add", build_add, &c);
-    check_all("mul", build_mul, &c);
+    cr_assert(check_all("add", build_add, &c) < TOL, "%s: see the logged report", "add");
+    cr_assert(check_all("mul", build_mul, &c) < TOL, "%s: see the logged report", "mul");
     free_case(&c);
 }
 
 Test(grad, add_and_mul_of_a_tensor_with_itself) {
     op_case c = {0};
     c.t[0] = param(8, 1.0f, DT_SHAPE(5, 3));
-    check_all("x + x", build_add_self, &c);
-    check_all("x * x", build_mul_self, &c);
+    cr_assert(check_all("x + x", build_add_self, &c) < TOL, "%s: see the logged report", "x + x");
+    cr_assert(check_all("x * x", build_mul_self, &c) < TOL, "%s: see the logged report", "x * x");
     free_case(&c);
 }
 
@@ -155,7 +159,7 @@ Test(grad, scale) {
     op_case c = {0};
     c.t[0] = param(9, 1.0f, DT_SHAPE(7, 3));
     c.f[0] = -1.7f;
-    check_all("scale", build_scale, &c);
+    cr_assert(check_all("scale", build_scale, &c) < TOL, "%s: see the logged report", "scale");
     free_case(&c);
 }
 
@@ -176,14 +180,14 @@ Test(grad, vector_broadcasts_and_row_scaling) {
     op_case c = {0};
     c.t[0] = param(10, 1.0f, DT_SHAPE(3, 5, 7));
     c.t[1] = param(11, 1.0f, DT_SHAPE(7));
-    check_all("add_vec", build_add_vec, &c);
-    check_all("mul_vec", build_mul_vec, &c);
+    cr_assert(check_all("add_vec", build_add_vec, &c) < TOL, "%s: see the logged report", "add_vec");
+    cr_assert(check_all("mul_vec", build_mul_vec, &c) < TOL, "%s: see the logged report", "mul_vec");
     free_case(&c);
 
     op_case r = {0};
     r.t[0] = param(12, 1.0f, DT_SHAPE(13, 5));
     r.t[1] = param(13, 1.0f, DT_SHAPE(13));
-    check_all("scale_rows", build_scale_rows, &r);
+    cr_assert(check_all("scale_rows", build_scale_rows, &r) < TOL, "%s: see the logged report", "scale_rows");
     free_case(&r);
 }
 
@@ -209,7 +213,7 @@ Test(grad, clip_passes_gradient_only_inside_the_bounds) {
             outside++;
     }
     cr_assert(inside > 5 && outside > 5, "the sample should hit both regions (%d in, %d out)", inside, outside);
-    check_all("clip", build_clip, &c);
+    cr_assert(check_all("clip", build_clip, &c) < TOL, "%s: see the logged report", "clip");
     for (int64_t i = 0; i < c.t[0]->size; i++)
         if (x[i] < c.f[0] || x[i] > c.f[1]) cr_assert_eq(c.t[0]->grad[i], 0.0f, "element %lld outside", (long long)i);
     free_case(&c);
@@ -228,7 +232,7 @@ Test(grad, logsumexp2_finite_and_dropped_terms) {
     dt_f32(c.t[0])[2] = -INFINITY;
     dt_f32(c.t[1])[9] = -INFINITY;
     dt_f32(c.t[0])[20] = 40.0f; /* a large gap: the other term underflows */
-    check_all("logsumexp2", build_logsumexp2, &c);
+    cr_assert(check_all("logsumexp2", build_logsumexp2, &c) < TOL, "%s: see the logged report", "logsumexp2");
     cr_assert_eq(c.t[0]->grad[2], 0.0f);
     cr_assert_eq(c.t[1]->grad[9], 0.0f);
     free_case(&c);
@@ -254,9 +258,9 @@ static dt_tensor *build_mean_squared(ag_ctx *g, void *u) {
 Test(grad, sum_and_mean) {
     op_case c = {0};
     c.t[0] = param(17, 1.0f, DT_SHAPE(3, 5, 7));
-    check_all("sum", build_sum, &c);
-    check_all("mean", build_mean, &c);
-    check_all("mean^2", build_mean_squared, &c);
+    cr_assert(check_all("sum", build_sum, &c) < TOL, "%s: see the logged report", "sum");
+    cr_assert(check_all("mean", build_mean, &c) < TOL, "%s: see the logged report", "mean");
+    cr_assert(check_all("mean^2", build_mean_squared, &c) < TOL, "%s: see the logged report", "mean^2");
     free_case(&c);
 }
 
@@ -271,7 +275,7 @@ Test(grad, reshape) {
     op_case c = {0};
     c.t[0] = param(18, 1.0f, DT_SHAPE(3, 5, 7));
     c.t[1] = param(19, 1.0f, DT_SHAPE(21));
-    check_all("reshape", build_reshape, &c);
+    cr_assert(check_all("reshape", build_reshape, &c) < TOL, "%s: see the logged report", "reshape");
     free_case(&c);
 }
 
@@ -288,14 +292,14 @@ Test(grad, concat_and_slice_last) {
     op_case c = {0};
     c.t[0] = param(20, 1.0f, DT_SHAPE(3, 5, 4));
     c.t[1] = param(21, 1.0f, DT_SHAPE(3, 5, 3));
-    check_all("concat_last", build_concat, &c);
+    cr_assert(check_all("concat_last", build_concat, &c) < TOL, "%s: see the logged report", "concat_last");
     free_case(&c);
 
     op_case s = {0};
     s.t[0] = param(22, 1.0f, DT_SHAPE(3, 5, 9));
     s.i[0] = 2;
     s.i[1] = 4;
-    check_all("slice_last", build_slice, &s);
+    cr_assert(check_all("slice_last", build_slice, &s) < TOL, "%s: see the logged report", "slice_last");
     /* Columns outside the slice get no gradient. */
     for (int64_t m = 0; m < 15; m++)
         for (int64_t j = 0; j < 9; j++)
@@ -326,7 +330,7 @@ Test(grad, embedding_with_repeated_tokens) {
     op_case c = {0};
     c.t[0] = param(23, 1.0f, DT_SHAPE(11, 6));
     c.ids[0] = ids(24, 5, DT_SHAPE(3, 5)); /* ids < 5 of V = 11: repeats, and rows that get no gradient */
-    check_all("embedding", build_embedding, &c);
+    cr_assert(check_all("embedding", build_embedding, &c) < TOL, "%s: see the logged report", "embedding");
     for (int64_t i = 5 * 6; i < 11 * 6; i++)
         cr_assert_eq(c.t[0]->grad[i], 0.0f, "unused row got gradient");
     free_case(&c);
@@ -336,20 +340,21 @@ Test(grad, gather_scatter_rows_and_gather_cols) {
     op_case c = {0};
     c.t[0] = param(25, 1.0f, DT_SHAPE(8, 5));
     c.ids[0] = ids(26, 8, DT_SHAPE(11));
-    check_all("gather_rows", build_gather_rows, &c);
+    cr_assert(check_all("gather_rows", build_gather_rows, &c) < TOL, "%s: see the logged report", "gather_rows");
     free_case(&c);
 
     op_case s = {0};
     s.t[0] = param(27, 1.0f, DT_SHAPE(11, 5));
     s.ids[0] = ids(28, 8, DT_SHAPE(11));
     s.i[0] = 8;
-    check_all("scatter_add_rows", build_scatter_add_rows, &s);
+    cr_assert(check_all("scatter_add_rows", build_scatter_add_rows, &s) < TOL, "%s: see the logged report",
+              "scatter_add_rows");
     free_case(&s);
 
     op_case k = {0};
     k.t[0] = param(29, 1.0f, DT_SHAPE(7, 9));
     k.ids[0] = ids(30, 9, DT_SHAPE(7, 3));
-    check_all("gather_cols", build_gather_cols, &k);
+    cr_assert(check_all("gather_cols", build_gather_cols, &k) < TOL, "%s: see the logged report", "gather_cols");
     free_case(&k);
 }
 
@@ -369,10 +374,10 @@ Test(grad, layernorm_with_and_without_bias) {
     c.t[0] = param(31, 1.0f, DT_SHAPE(3, 5, 7));
     c.t[1] = param(32, 1.0f, DT_SHAPE(7));
     c.t[2] = param(33, 1.0f, DT_SHAPE(7));
-    check_all("layernorm+bias", build_layernorm, &c);
+    cr_assert(check_all("layernorm+bias", build_layernorm, &c) < TOL, "%s: see the logged report", "layernorm+bias");
     dt_tensor_free(c.t[2]);
     c.t[2] = NULL;
-    check_all("layernorm", build_layernorm, &c);
+    cr_assert(check_all("layernorm", build_layernorm, &c) < TOL, "%s: see the logged report", "layernorm");
     free_case(&c);
 }
 
@@ -380,7 +385,7 @@ Test(grad, rmsnorm) {
     op_case c = {0};
     c.t[0] = param(34, 1.0f, DT_SHAPE(3, 5, 7));
     c.t[1] = param(35, 1.0f, DT_SHAPE(7));
-    check_all("rmsnorm", build_rmsnorm, &c);
+    cr_assert(check_all("rmsnorm", build_rmsnorm, &c) < TOL, "%s: see the logged report", "rmsnorm");
     free_case(&c);
 }
 
@@ -408,18 +413,18 @@ static dt_tensor *build_log_softmax(ag_ctx *g, void *u) {
 Test(grad, gelu_silu_swiglu) {
     op_case c = {0};
     c.t[0] = param(36, 2.0f, DT_SHAPE(5, 7));
-    check_all("gelu", build_gelu, &c);
-    check_all("silu", build_silu, &c);
+    cr_assert(check_all("gelu", build_gelu, &c) < TOL, "%s: see the logged report", "gelu");
+    cr_assert(check_all("silu", build_silu, &c) < TOL, "%s: see the logged report", "silu");
     c.t[1] = param(37, 1.0f, DT_SHAPE(5, 7));
-    check_all("swiglu", build_swiglu, &c);
+    cr_assert(check_all("swiglu", build_swiglu, &c) < TOL, "%s: see the logged report", "swiglu");
     free_case(&c);
 }
 
 Test(grad, softmax_and_log_softmax) {
     op_case c = {0};
     c.t[0] = param(38, 2.0f, DT_SHAPE(3, 5, 9));
-    check_all("softmax", build_softmax, &c);
-    check_all("log_softmax", build_log_softmax, &c);
+    cr_assert(check_all("softmax", build_softmax, &c) < TOL, "%s: see the logged report", "softmax");
+    cr_assert(check_all("log_softmax", build_log_softmax, &c) < TOL, "%s: see the logged report", "log_softmax");
     free_case(&c);
 }
 
@@ -434,7 +439,7 @@ Test(grad, rope) {
     op_case c = {0};
     c.t[0] = param(39, 1.0f, DT_SHAPE(2, 5, 3 * 6)); /* 3 heads of width 6 */
     c.i[0] = 3;
-    check_all("rope", build_rope, &c);
+    cr_assert(check_all("rope", build_rope, &c) < TOL, "%s: see the logged report", "rope");
     free_case(&c);
 }
 
@@ -443,21 +448,27 @@ static dt_tensor *build_attention(ag_ctx *g, void *u) {
     return ag_attention(g, c->t[0], c->t[1], c->t[2], c->i[0], c->i[1]);
 }
 
-static void check_attention(const char *what, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, uint64_t seed) {
+/* The attention gradient check of one head layout; returns the worst error. */
+static double check_attention(const char *what, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
+                              uint64_t seed) {
     op_case c = {0};
     c.t[0] = param(seed, 1.0f, DT_SHAPE(B, T, H * hd));
     c.t[1] = param(seed + 1, 1.0f, DT_SHAPE(B, T, Hkv * hd));
     c.t[2] = param(seed + 2, 1.0f, DT_SHAPE(B, T, Hkv * hd));
     c.i[0] = H;
     c.i[1] = Hkv;
-    check_all(what, build_attention, &c);
+    double error = check_all(what, build_attention, &c);
     free_case(&c);
+    return error;
 }
 
 Test(grad, attention_gqa_mha_mqa) {
-    check_attention("attention GQA H=4 Hkv=2", 2, 7, 4, 2, 6, 40);
-    check_attention("attention MHA H=3", 1, 5, 3, 3, 5, 50);
-    check_attention("attention MQA H=3 Hkv=1", 2, 3, 3, 1, 4, 60);
+    cr_assert(check_attention("attention GQA H=4 Hkv=2", 2, 7, 4, 2, 6, 40) < TOL, "%s: see the logged report",
+              "attention GQA H=4 Hkv=2");
+    cr_assert(check_attention("attention MHA H=3", 1, 5, 3, 3, 5, 50) < TOL, "%s: see the logged report",
+              "attention MHA H=3");
+    cr_assert(check_attention("attention MQA H=3 Hkv=1", 2, 3, 3, 1, 4, 60) < TOL, "%s: see the logged report",
+              "attention MQA H=3 Hkv=1");
 }
 
 Test(grad, attention_longer_than_one_tile) {
@@ -506,10 +517,12 @@ Test(grad, attention_self_and_cross_forms_through_projections) {
     c.i[0] = H;
     c.i[1] = Hkv;
     int self_inputs[] = {0, 1, 2, 3};
-    check_inputs("self attention", build_self_attention, &c, self_inputs, 4, EPS, TOL);
+    cr_assert(check_inputs("self attention", build_self_attention, &c, self_inputs, 4, EPS, TOL) < TOL,
+              "%s: see the logged report", "self attention");
     c.t[4] = param(84, 1.0f, DT_SHAPE(B, T, C)); /* x2 (branch) */
     int cross_inputs[] = {0, 1, 2, 3, 4};
-    check_inputs("cross attention", build_cross_attention, &c, cross_inputs, 5, EPS, TOL);
+    cr_assert(check_inputs("cross attention", build_cross_attention, &c, cross_inputs, 5, EPS, TOL) < TOL,
+              "%s: see the logged report", "cross attention");
     free_case(&c);
 }
 
@@ -524,7 +537,7 @@ Test(grad, cross_entropy) {
     op_case c = {0};
     c.t[0] = param(90, 2.0f, DT_SHAPE(3, 5, 9));
     c.ids[0] = ids(91, 9, DT_SHAPE(3, 5));
-    check_all("cross_entropy", build_cross_entropy, &c);
+    cr_assert(check_all("cross_entropy", build_cross_entropy, &c) < TOL, "%s: see the logged report", "cross_entropy");
     free_case(&c);
 }
 
@@ -591,7 +604,7 @@ Test(grad, mixture_adaptive_alpha) {
             clipped++;
     }
     cr_assert(inside >= 2 && clipped >= 2, "%d rows inside, %d clipped", inside, clipped);
-    check_all("mixture adaptive", build_mixture, &c);
+    cr_assert(check_all("mixture adaptive", build_mixture, &c) < TOL, "%s: see the logged report", "mixture adaptive");
     free_case(&c);
 }
 
@@ -607,24 +620,25 @@ Test(grad, mixture_default_bounds) {
         inside += s > 0.5;
     }
     cr_assert(inside >= 2, "only %d rows with alpha above 0.5", inside);
-    check_all("mixture 0.5..1", build_mixture, &c);
+    cr_assert(check_all("mixture 0.5..1", build_mixture, &c) < TOL, "%s: see the logged report", "mixture 0.5..1");
     free_case(&c);
 }
 
 Test(grad, mixture_fixed_alpha_and_single_readouts) {
     op_case c = mixture_case(120, 5, 11);
     c.f[0] = c.f[1] = 0.5f;
-    check_all("mixture fixed 0.5", build_mixture, &c);
+    cr_assert(check_all("mixture fixed 0.5", build_mixture, &c) < TOL, "%s: see the logged report",
+              "mixture fixed 0.5");
     for (int64_t m = 0; m < 5; m++)
         cr_assert_eq(dt_f32(c.alpha)[m], 0.5f);
 
     c.f[0] = c.f[1] = 0.0f; /* branch-only readout: the primary's term is dropped */
-    check_all("mixture 0/0", build_mixture, &c);
+    cr_assert(check_all("mixture 0/0", build_mixture, &c) < TOL, "%s: see the logged report", "mixture 0/0");
     for (int64_t i = 0; i < c.t[0]->size; i++)
         cr_assert_eq(c.t[0]->grad[i], 0.0f, "0/0: no gradient to logits_p");
 
     c.f[0] = c.f[1] = 1.0f; /* primary-only readout */
-    check_all("mixture 1/1", build_mixture, &c);
+    cr_assert(check_all("mixture 1/1", build_mixture, &c) < TOL, "%s: see the logged report", "mixture 1/1");
     for (int64_t i = 0; i < c.t[1]->size; i++)
         cr_assert_eq(c.t[1]->grad[i], 0.0f, "1/1: no gradient to logits_q");
     free_case(&c);
@@ -637,7 +651,8 @@ Test(grad, mixture_detach_primary) {
     c.flag[0] = 1; /* detach_primary */
     keep_rows_off_bounds(c.t[0], c.f[0], c.f[1]);
     int q_only[] = {1};
-    check_inputs("mixture detach_primary (logits_q)", build_mixture, &c, q_only, 1, EPS, TOL);
+    cr_assert(check_inputs("mixture detach_primary (logits_q)", build_mixture, &c, q_only, 1, EPS, TOL) < TOL,
+              "%s: see the logged report", "mixture detach_primary (logits_q)");
     /* logits_p requires a gradient but this op must send it none. */
     memset(c.t[0]->grad, 0, (size_t)c.t[0]->size * sizeof(float));
     ag_reset(&ctx);
@@ -674,7 +689,8 @@ Test(grad, mixture_alpha_detach_matches_frozen_alpha_derivative) {
     c.flag[1] = 1; /* alpha_detach */
     keep_rows_off_bounds(c.t[0], c.f[0], c.f[1]);
     int q_only[] = {1};
-    check_inputs("mixture alpha_detach (logits_q)", build_mixture, &c, q_only, 1, EPS, TOL);
+    cr_assert(check_inputs("mixture alpha_detach (logits_q)", build_mixture, &c, q_only, 1, EPS, TOL) < TOL,
+              "%s: see the logged report", "mixture alpha_detach (logits_q)");
 
     memset(c.t[0]->grad, 0, (size_t)c.t[0]->size * sizeof(float));
     ag_reset(&ctx);
@@ -722,6 +738,6 @@ Test(grad, moe_balance) {
     c.f[1] = 0.4f;
     c.f[2] = 0.15f;
     c.f[3] = 0.35f;
-    check_all("moe_balance", build_moe_balance, &c);
+    cr_assert(check_all("moe_balance", build_moe_balance, &c) < TOL, "%s: see the logged report", "moe_balance");
     free_case(&c);
 }
