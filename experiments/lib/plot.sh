@@ -10,23 +10,28 @@ exp_have_gnuplot() {
     return 1
 }
 
-# Validation loss against training tokens, one curve per row (mean of seeds):
-#   exp_plot_curves STUDY NAME TITLE ROW... -> OUT/STUDY/loss_NAME.png
-exp_plot_curves() {
-    local study=$1 name=$2 title=$3
-    shift 3
+# One curve per row, read from OUT/STUDY/ROW/DATA ("tokens value" lines;
+# rows without the file are left out), drawn by experiments/plot/SCRIPT:
+#   exp_plot_rows DATA SCRIPT PNG STUDY TITLE ROW... -> OUT/STUDY/PNG
+exp_plot_rows() {
+    local data=$1 script=$2 png=$3 study=$4 title=$5
+    shift 5
     exp_have_gnuplot || return 0
     local files="" titles="" row
     for row in "$@"; do
-        local dat="$OUT/$study/$row/curve.dat"
+        local dat="$OUT/$study/$row/$data"
         [ -s "$dat" ] || continue
         files="$files $dat"
         titles="$titles $row"
     done
     [ -n "$files" ] || return 0
-    gnuplot -e "files='${files# }'; titles='${titles# }'; out='$OUT/$study/loss_$name.png'; plot_title='$title'" \
-        "$ROOT/experiments/plot/loss_vs_tokens.gp"
+    gnuplot -e "files='${files# }'; titles='${titles# }'; out='$OUT/$study/$png'; plot_title='$title'" \
+        "$ROOT/experiments/plot/$script"
 }
+
+# Validation loss against training tokens, one curve per row (mean of seeds):
+#   exp_plot_curves STUDY NAME TITLE ROW... -> OUT/STUDY/loss_NAME.png
+exp_plot_curves() { exp_plot_rows curve.dat loss_vs_tokens.gp "loss_$2.png" "$1" "$3" "${@:4}"; }
 
 # The MoE trade-off: final validation loss against weight bytes read per
 # decode step, one point per row (OUT/moe/cost.tsv).
@@ -42,18 +47,4 @@ exp_plot_moe_tradeoff() {
 # The paired relative difference against the reference row along training,
 # one curve per row (OUT/STUDY/ROW/diff.dat, exp_row_diff):
 #   exp_plot_diffs STUDY NAME TITLE ROW... -> OUT/STUDY/diff_NAME.png
-exp_plot_diffs() {
-    local study=$1 name=$2 title=$3
-    shift 3
-    exp_have_gnuplot || return 0
-    local files="" titles="" row
-    for row in "$@"; do
-        local dat="$OUT/$study/$row/diff.dat"
-        [ -s "$dat" ] || continue
-        files="$files $dat"
-        titles="$titles $row"
-    done
-    [ -n "$files" ] || return 0
-    gnuplot -e "files='${files# }'; titles='${titles# }'; out='$OUT/$study/diff_$name.png'; plot_title='$title'" \
-        "$ROOT/experiments/plot/diff_vs_tokens.gp"
-}
+exp_plot_diffs() { exp_plot_rows diff.dat diff_vs_tokens.gp "diff_$2.png" "$1" "$3" "${@:4}"; }
