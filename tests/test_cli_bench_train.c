@@ -19,15 +19,6 @@ static int run_bench(const char *args, char **out, char **err) {
     return test_run_dbranch(NULL, line, out, err);
 }
 
-/* The number after "key": in a JSON text (first occurrence after from). */
-static double json_number(const char *text, const char *key) {
-    char pattern[96];
-    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
-    const char *at = strstr(text, pattern);
-    cr_assert_not_null(at, "no \"%s\" in: %s", key, text);
-    return strtod(at + strlen(pattern), NULL);
-}
-
 Test(cli_bench_train, help_and_bad_input) {
     char *out, *err;
     cr_assert_eq(run_bench("--help", &out, &err), 0);
@@ -58,18 +49,18 @@ Test(cli_bench_train, json_figures_are_consistent) {
     cr_assert_eq(status, 0, "%s", err);
     const char *run = strstr(out, "\"runs\"");
     cr_assert_not_null(run, "%s", out);
-    const double tokens_per_s = json_number(run, "tokens_per_s"), step_ms = json_number(run, "step_ms");
-    const double flops = json_number(run, "flops_per_token"), gflops = json_number(run, "gflops");
+    const double tokens_per_s = test_json_number(run, "tokens_per_s"), step_ms = test_json_number(run, "step_ms");
+    const double flops = test_json_number(run, "flops_per_token"), gflops = test_json_number(run, "gflops");
     cr_assert_gt(tokens_per_s, 0.0);
     cr_assert(fabs(tokens_per_s * step_ms / 1e3 - 12 * 64) < 1e-3 * 12 * 64, "tokens/s x step time = B*T");
     cr_assert(fabs(gflops - tokens_per_s * flops * 1e-9) <= 1e-3 * gflops + 1e-3, "GFLOP/s = tokens/s x FLOPs/token");
     /* 6N + 12LCT for baby: N = 826,112 parameters without pos_emb */
     cr_assert(fabs(flops - (6.0 * 826112 + 12.0 * 4 * 128 * 64)) < 1.0, "flops/token %.0f", flops);
-    const double gemm = json_number(strstr(out, "\"gemm\""), "gflops");
+    const double gemm = test_json_number(strstr(out, "\"gemm\""), "gflops");
     cr_assert_gt(gemm, 0.0);
-    cr_assert(fabs(json_number(run, "mfu") - gflops / gemm) < 1e-3 * (gflops / gemm) + 1e-4);
-    const double rss = json_number(out, "peak_rss_bytes"), closed = json_number(out, "closed_form_bytes");
-    cr_assert(rss > 0 && closed > 0 && fabs(json_number(out, "rss_ratio") - rss / closed) < 1e-3);
+    cr_assert(fabs(test_json_number(run, "mfu") - gflops / gemm) < 1e-3 * (gflops / gemm) + 1e-4);
+    const double rss = test_json_number(out, "peak_rss_bytes"), closed = test_json_number(out, "closed_form_bytes");
+    cr_assert(rss > 0 && closed > 0 && fabs(test_json_number(out, "rss_ratio") - rss / closed) < 1e-3);
     cr_assert(strstr(err, "tokens/s") && strstr(err, "peak RSS"), "the table goes to stderr with --json: %s", err);
     free(out);
     free(err);
@@ -87,7 +78,7 @@ Test(cli_bench_train, compare_branch_reports_ratios) {
     status =
         run_bench("--preset baby --steps 1 --warmup 0 --threads 1 --compare-branch --no-gemm-probe --json", &out, &err);
     cr_assert_eq(status, 0, "%s", err);
-    const double ratio = json_number(strstr(out, "\"ratios\""), "forward_backward");
+    const double ratio = test_json_number(strstr(out, "\"ratios\""), "forward_backward");
     cr_assert(ratio > 1.0 && ratio < 10.0, "the branch adds a trajectory: ratio %g", ratio);
     free(out);
     free(err);

@@ -20,15 +20,6 @@
 /* Runs `dbranch ARGS`; returns the exit code, stdout / stderr in *out, *err (caller frees). */
 static int run(const char *args, char **out, char **err) { return test_run_dbranch(NULL, args, out, err); }
 
-/* The number after "\"key\": " in a JSON text (the first occurrence). */
-static double json_number(const char *json, const char *key) {
-    char pattern[128];
-    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
-    const char *at = strstr(json, pattern);
-    cr_assert(at, "no %s in %s", key, json);
-    return strtod(at + strlen(pattern), NULL);
-}
-
 static const char *source_dir(void) {
     const char *root = getenv("DBRANCH_SOURCE_DIR");
     return root ? root : ".";
@@ -42,8 +33,8 @@ Test(decode_bench, probe_every_zero_and_mean) {
              source_dir());
     cr_assert_eq(run(args, &out, &err), 0, "stderr: %s", err);
     cr_expect(strstr(out, "\"interleaved\": false") && strstr(out, "\"every\": 0"), "%s", out);
-    double mean_ms = json_number(out, "decode_ms_mean"), best_ms = json_number(out, "decode_ms_best");
-    double median_ms = json_number(out, "decode_ms_per_token"), mean_tps = json_number(out, "decode_tokens_per_s_mean");
+    double mean_ms = test_json_number(out, "decode_ms_mean"), best_ms = test_json_number(out, "decode_ms_best");
+    double median_ms = test_json_number(out, "decode_ms_per_token"), mean_tps = test_json_number(out, "decode_tokens_per_s_mean");
     /* no step is faster than the fastest; the mean's tok/s is its reciprocal */
     cr_expect(best_ms > 0.0 && mean_ms >= best_ms * 0.999 && median_ms >= best_ms * 0.999, "%s", out);
     cr_expect(mean_tps > 0.0 && fabs(mean_tps * mean_ms - 1000.0) < 2.0, "mean tok/s %g vs mean ms %g", mean_tps,

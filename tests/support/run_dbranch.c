@@ -64,3 +64,11 @@ void test_assert_one_line_error(const char *err, const char *prefix, const char 
     const char *newline = strchr(err, '\n');
     cr_assert(newline && newline[1] == '\0', "stderr is not exactly one line: %s", err);
 }
+
+double test_json_number(const char *json, const char *key) {
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
+    const char *at = strstr(json, pattern);
+    cr_assert(at, "no \"%s\" in: %s", key, json);
+    return strtod(at + strlen(pattern), NULL);
+}

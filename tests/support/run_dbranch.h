@@ -26,4 +26,8 @@ int test_run_dbranch(const char *env, const char *args, char **out, char **err);
  * "dbranch train: "), contains needle and is exactly one line ending in '\n'. */
 void test_assert_one_line_error(const char *err, const char *prefix, const char *needle);
 
+/* The number after the first "\"key\": " in a JSON text the binary printed;
+ * fails the test when the key is absent. */
+double test_json_number(const char *json, const char *key);
+
 #endif
