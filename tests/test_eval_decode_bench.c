@@ -34,7 +34,8 @@ Test(decode_bench, probe_every_zero_and_mean) {
     cr_assert_eq(run(args, &out, &err), 0, "stderr: %s", err);
     cr_expect(strstr(out, "\"interleaved\": false") && strstr(out, "\"every\": 0"), "%s", out);
     double mean_ms = test_json_number(out, "decode_ms_mean"), best_ms = test_json_number(out, "decode_ms_best");
-    double median_ms = test_json_number(out, "decode_ms_per_token"), mean_tps = test_json_number(out, "decode_tokens_per_s_mean");
+    double median_ms = test_json_number(out, "decode_ms_per_token"),
+           mean_tps = test_json_number(out, "decode_tokens_per_s_mean");
     /* no step is faster than the fastest; the mean's tok/s is its reciprocal */
     cr_expect(best_ms > 0.0 && mean_ms >= best_ms * 0.999 && median_ms >= best_ms * 0.999, "%s", out);
     cr_expect(mean_tps > 0.0 && fabs(mean_tps * mean_ms - 1000.0) < 2.0, "mean tok/s %g vs mean ms %g", mean_tps,
@@ -53,8 +54,8 @@ Test(decode_bench, probe_every_zero_and_mean) {
 }
 
 /* llama2.c's parameter count for its checkpoint layout (shared classifier). */
-static long long llama2c_params(long long dim, long long hidden, long long layers, long long heads,
-                                long long kv_heads, long long vocab) {
+static long long llama2c_params(long long dim, long long hidden, long long layers, long long heads, long long kv_heads,
+                                long long vocab) {
     long long kv_dim = dim * kv_heads / heads;
     return vocab * dim + layers * (2 * dim + 2 * dim * dim + 2 * dim * kv_dim + 3 * dim * hidden) + dim;
 }
