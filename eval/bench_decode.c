@@ -207,10 +207,11 @@ static int64_t collect_matrices(const model *m, matrix_ref *out, int64_t capacit
     int64_t n = 0;
     for (int64_t l = 0; l < m->config.n_layer; l++) {
         const model_block_weights *w = &m->layers[l].primary;
-        const dt_tensor *list[] = {w->wq, w->wk, w->wv, w->wo, w->fc, w->proj, w->w1, w->w3, w->w2};
+        const dt_tensor *list[4 + MODEL_FFN_SLOTS] = {w->wq, w->wk, w->wv, w->wo};
+        for (int slot = 0; slot < MODEL_FFN_SLOTS; slot++) list[4 + slot] = w->ffn[slot];
         for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
             const dt_tensor *t = list[i];
-            if (!t || t->ndim != 2 || n == capacity) continue; /* expert tensors are 3-D: skipped */
+            if (!t || t->ndim != 2 || n == capacity) continue; /* vectors and 3-D expert tensors: skipped */
             out[n++] = (matrix_ref){(const float *)t->data, t->shape[0], t->shape[1]};
         }
     }

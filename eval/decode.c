@@ -40,34 +40,33 @@
 #include "kernels/vec_math.h"
 
 /* Most experts a row may choose (routing scratch lives on the stack). */
-enum { MAX_TOP_K = 64 };
+enum { MAX_TOP_K = MODEL_MAX_TOP_K };
 
 /* Sizes used everywhere below, read once from the config. */
 typedef struct shapes {
     int64_t C, H, Hkv, hd, qdim, kvdim, F, V, E, L, top_k, top_k_branch;
-    int layernorm; /* nanogpt: LayerNorm with bias; otherwise RMSNorm */
-    int rope;      /* llama, moe */
-    int moe;
+    int moe; /* routed experts: per-layer routing scratch */
 } shapes;
 
+/* The uniform sizes of the model description (models/arch.h); every layer has
+ * the same shape today, and buffers are sized by the largest. */
 static shapes shapes_of(const model *m) {
-    const model_config *c = &m->config;
+    const model_arch *a = &m->arch;
+    const model_layer_arch *la = &a->layers[0];
     shapes d;
-    d.C = c->d_model;
-    d.H = c->n_head;
-    d.Hkv = c->n_kv_head;
-    d.hd = c->d_model / c->n_head;
-    d.qdim = d.H * d.hd;
-    d.kvdim = d.Hkv * d.hd;
-    d.F = c->d_ff;
-    d.V = c->vocab_size;
-    d.E = c->family == FAMILY_MOE ? c->n_expert : 0;
-    d.L = c->n_layer;
-    d.top_k = c->top_k;
-    d.top_k_branch = c->top_k_branch;
-    d.layernorm = c->family == FAMILY_NANOGPT;
-    d.rope = c->family != FAMILY_NANOGPT;
-    d.moe = c->family == FAMILY_MOE;
+    d.C = a->C;
+    d.H = la->n_head;
+    d.Hkv = la->n_kv_head;
+    d.hd = la->head_dim;
+    d.qdim = a->max_q_width;
+    d.kvdim = a->max_kv_width;
+    d.F = a->max_d_ff;
+    d.V = a->V;
+    d.E = a->n_expert;
+    d.L = a->L;
+    d.top_k = a->top_k;
+    d.top_k_branch = a->top_k_branch;
+    d.moe = d.E > 0;
     return d;
 }
 
@@ -75,9 +74,12 @@ static const float *data_of(const dt_tensor *t) { return t ? (const float *)t->d
 
 const char *eval_decode_mode_name(eval_decode_mode mode) {
     switch (mode) {
-    case EVAL_DECODE_BASELINE: return "baseline";
-    case EVAL_DECODE_GROUPED: return "grouped";
-    case EVAL_DECODE_UNGROUPED: return "ungrouped";
+    case EVAL_DECODE_BASELINE:
+        return "baseline";
+    case EVAL_DECODE_GROUPED:
+        return "grouped";
+    case EVAL_DECODE_UNGROUPED:
+        return "ungrouped";
     }
     return "?";
 }
@@ -179,9 +181,9 @@ dt_status eval_decode_init(eval_decode_session *s, const model *m, eval_decode_m
     const model_config *c = &m->config;
     if (mode != EVAL_DECODE_BASELINE && mode != EVAL_DECODE_GROUPED && mode != EVAL_DECODE_UNGROUPED)
         return dt_errorf("decode: unknown mode %d", (int)mode);
-    if (c->family != FAMILY_NANOGPT && !m->rope_table)
+    if (m->arch.position->rotary && !m->rope_table)
         return dt_errorf("decode: model has no RoPE table (family %s)", model_family_name(c->family));
-    if (c->family == FAMILY_MOE && (c->top_k > MAX_TOP_K || c->top_k_branch > MAX_TOP_K))
+    if (m->arch.n_expert > 0 && (c->top_k > MAX_TOP_K || c->top_k_branch > MAX_TOP_K))
         return dt_errorf("decode: top_k %lld / top_k_branch %lld above the engine's limit %d", (long long)c->top_k,
                          (long long)c->top_k_branch, MAX_TOP_K);
     if (max_prompt < 0 || max_prompt > c->block_size)
@@ -242,8 +244,8 @@ static void flush(eval_decode_session *s) {
  * matrix. M <= 2 products on the eval_matvec path are queued: they run at the
  * next flush(), together with the other independent products of the stage.
  * Anything else runs now through BLIS (never inside a team: see file comment). */
-static void queue_linear(eval_decode_session *s, float *out, const float *in, const float *weight,
-                         const float *bias, int64_t M, int64_t K, int64_t N) {
+static void queue_linear(eval_decode_session *s, float *out, const float *in, const float *weight, const float *bias,
+                         int64_t M, int64_t K, int64_t N) {
     count_weight(s, N * K + (bias ? N : 0));
     if (eval_team_leader()) s->traffic.matrix_loads++;
     if (s->matvec == EVAL_MATVEC_OWN && M <= 2) {
@@ -265,9 +267,8 @@ static void linear(eval_decode_session *s, float *out, const float *in, const fl
  * applies (w0, b0), the primary's; row 1 applies (w1, b1), the branch's. Two
  * rows with the same matrix are one stacked product: the matrix is read once.
  * Queued: the caller flushes before reading out. */
-static void rows_linear(eval_decode_session *s, float *out, const float *in, int row0, int n_rows,
-                        const dt_tensor *w0, const dt_tensor *b0, const dt_tensor *w1, const dt_tensor *b1,
-                        int64_t K, int64_t N) {
+static void rows_linear(eval_decode_session *s, float *out, const float *in, int row0, int n_rows, const dt_tensor *w0,
+                        const dt_tensor *b0, const dt_tensor *w1, const dt_tensor *b1, int64_t K, int64_t N) {
     if (n_rows == 2 && w0 == w1 && b0 == b1) {
         queue_linear(s, out, in, data_of(w0), data_of(b0), 2, K, N);
         return;
@@ -276,31 +277,15 @@ static void rows_linear(eval_decode_session *s, float *out, const float *in, int
         queue_linear(s, out + r * N, in + r * K, data_of(r == 0 ? w0 : w1), data_of(r == 0 ? b0 : b1), 1, K, N);
 }
 
-// out, in [M,C]; weight, bias [C]; mean, rstd [M]
-static void norm(eval_decode_session *s, float *out, float *mean, float *rstd, const float *in,
-                 const dt_tensor *weight, const dt_tensor *bias, int64_t M, int64_t C) {
-    float eps = (float)s->model->config.norm_eps;
-    if (s->model->config.family == FAMILY_NANOGPT) {
-        k_layernorm_forward(out, mean, rstd, in, data_of(weight), data_of(bias), M, C, eps);
-    } else if (M <= 2) {
-        /* The decode rows: k_rmsnorm_forward's arithmetic inlined. This runs
-         * in serial stages inside the step team, where the kernel's OpenMP
-         * region (inactive there) still costs about 1 us per call, as much as
-         * the norm itself at C = 288. */
-        const float *w = data_of(weight);
-        for (int64_t i = 0; i < M; i++) {
-            const float *x = in + i * C;
-            float *y = out + i * C;
-            double sum_sq = 0.0;
-#pragma omp simd reduction(+ : sum_sq)
-            for (int64_t j = 0; j < C; j++) sum_sq += (double)x[j] * (double)x[j];
-            float r = (float)(1.0 / sqrt(sum_sq / (double)C + (double)eps));
-            for (int64_t j = 0; j < C; j++) y[j] = x[j] * r * w[j];
-            rstd[i] = r;
-        }
-    } else {
-        k_rmsnorm_forward(out, rstd, in, data_of(weight), M, C, eps);
-    }
+// out, in [M,C]; weight, bias [C]; mean, rstd [M]: the model's norm kind; the
+// decode rows (M <= 2) on this thread (they run in serial stages of the team)
+static void norm(eval_decode_session *s, float *out, float *mean, float *rstd, const float *in, const dt_tensor *weight,
+                 const dt_tensor *bias, int64_t M, int64_t C) {
+    const model_arch *a = &s->model->arch;
+    if (M <= 2)
+        a->norm->rows(out, mean, rstd, in, data_of(weight), data_of(bias), M, C, a->norm_eps);
+    else
+        a->norm->batch(out, mean, rstd, in, data_of(weight), data_of(bias), M, C, a->norm_eps);
 }
 
 /* What a norm reads: its weight (and bias). */
@@ -312,200 +297,78 @@ static void count_norm(eval_decode_session *s, const dt_tensor *weight, const dt
 static void add_coupling(float *dst, const dt_tensor *couple, const float *primary, int64_t n) {
     if (!couple) return;
     const float *c = data_of(couple);
-    for (int64_t i = 0; i < n; i++) dst[i] += c[i] * primary[i];
+    for (int64_t i = 0; i < n; i++)
+        dst[i] += c[i] * primary[i];
 }
 
 /* ---- one decode position ------------------------------------------------- */
 
-/* The SwiGLU of rows [row0, row0 + n_rows) at layer l on hidden units
- * [n0, n1): z = silu(a) * b (k_swiglu_forward's arithmetic), the primary row's
- * z saved as z1, the branch row coupled to z1 (SPEC §2). Per unit, so it runs
- * on each claimed row range of the W1/W3 stage (eval_team_matvec_pair). */
-typedef struct swiglu_rows_args {
-    eval_decode_session *s;
-    int64_t l, F;
-    int row0, n_rows;
-} swiglu_rows_args;
-
-static void swiglu_rows(int64_t n0, int64_t n1, void *arg) {
-    const swiglu_rows_args *a = arg;
-    eval_decode_rows *r = &a->s->rows;
-    const int64_t F = a->F;
-    float *z1 = a->s->z1 + a->l * F; // [F]
-    for (int row = a->row0; row < a->row0 + a->n_rows; row++) {
-        const float *gate = r->hidden_a + row * F, *up = r->hidden_b + row * F; // [F] each
-        float *z = r->z + row * F;                                              // [F]
-#pragma omp simd
-        for (int64_t n = n0; n < n1; n++) z[n] = gate[n] * k_sigmoid(gate[n]) * up[n];
-        if (row == 0) memcpy(z1 + n0, z + n0, (size_t)(n1 - n0) * sizeof(float));
-    }
-    const dt_tensor *couple_hidden = a->s->model->layers[a->l].couple_hidden;
-    if (a->row0 + a->n_rows == 2 && couple_hidden) { /* add_coupling on units [n0, n1) */
-        const float *couple = data_of(couple_hidden); // [F]
-        float *z2 = r->z + F;                         // [F]
-        for (int64_t n = n0; n < n1; n++) z2[n] += couple[n] * z1[n];
-    }
+/* The engine's services to the FFN kinds' decode forms (models/ffn.h). */
+static void exec_linear(void *self, const model_row_product *p) {
+    queue_linear(self, p->out, p->in, p->weight, p->bias, p->M, p->K, p->N);
 }
 
-/* Dense FFN of rows [row0, row0 + n_rows) at layer l: x [2,C] -> rows->m [2,C];
- * saves z1 from the primary row and couples the branch row to it. */
-static void ffn_dense_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
-    shapes d = shapes_of(s->model);
-    const model_layer *layer = &s->model->layers[l];
-    const model_block_weights *p = &layer->primary, *b = &layer->branch;
-    eval_decode_rows *r = &s->rows;
-    int stacked = n_rows == 2 && p->w1 == b->w1 && p->w3 == b->w3;
-    if (!d.layernorm && s->matvec == EVAL_MATVEC_OWN && (n_rows == 1 || stacked)) {
-        /* W1 and W3 handed out by rows together, the SwiGLU applied on each
-         * claimed range: no serial activation stage (one of one thread
-         * computing while the others wait, ~3-4 us per layer at 15M) */
-        const int64_t M = n_rows, in_offset = n_rows == 1 ? row0 * d.C : 0, out_offset = n_rows == 1 ? row0 * d.F : 0;
-        count_weight(s, 2 * d.F * d.C);
-        if (eval_team_leader()) s->traffic.matrix_loads += 2;
-        flush(s);
-        const model_block_weights *own = row0 == 0 ? p : b; /* one row: its own weights; stacked: shared */
-        const eval_matvec_job w1 = {r->hidden_a + out_offset, r->x + in_offset, data_of(own->w1), NULL, M, d.C, d.F};
-        const eval_matvec_job w3 = {r->hidden_b + out_offset, r->x + in_offset, data_of(own->w3), NULL, M, d.C, d.F};
-        swiglu_rows_args args = {.s = s, .l = l, .F = d.F, .row0 = row0, .n_rows = n_rows};
-        eval_team_matvec_pair(&s->team, &w1, &w3, swiglu_rows, &args);
-        rows_linear(s, r->m, r->z, row0, n_rows, p->w2, NULL, b->w2, NULL, d.F, d.C);
-        flush(s);
-        return;
-    }
-    if (d.layernorm) {
-        rows_linear(s, r->hidden_a, r->x, row0, n_rows, p->fc, p->fc_bias, b->fc, b->fc_bias, d.C, d.F);
-    } else {
-        rows_linear(s, r->hidden_a, r->x, row0, n_rows, p->w1, NULL, b->w1, NULL, d.C, d.F);
-        rows_linear(s, r->hidden_b, r->x, row0, n_rows, p->w3, NULL, b->w3, NULL, d.C, d.F);
-    }
-    flush(s); /* W1 and W3 in one stage */
-    EVAL_TEAM_SERIAL(&s->team) {
-        float *z = r->z + row0 * d.F;
-        if (d.layernorm)
-            k_gelu_forward(z, r->hidden_a + row0 * d.F, n_rows * d.F);
-        else
-            k_swiglu_forward(z, r->hidden_a + row0 * d.F, r->hidden_b + row0 * d.F, n_rows * d.F);
-        if (row0 == 0) memcpy(s->z1 + l * d.F, r->z, (size_t)d.F * sizeof(float));
-        if (row0 + n_rows == 2) add_coupling(r->z + d.F, layer->couple_hidden, s->z1 + l * d.F, d.F);
-    }
-    if (d.layernorm)
-        rows_linear(s, r->m, r->z, row0, n_rows, p->proj, p->proj_bias, b->proj, b->proj_bias, d.F, d.C);
-    else
-        rows_linear(s, r->m, r->z, row0, n_rows, p->w2, NULL, b->w2, NULL, d.F, d.C);
+static void exec_flush(void *self) { flush(self); }
+
+static void exec_linear_pair(void *self, const model_row_product *a, const model_row_product *b,
+                             void (*epilogue)(int64_t n0, int64_t n1, void *arg), void *arg) {
+    eval_decode_session *s = self;
+    count_weight(s, a->N * a->K + b->N * b->K);
+    if (eval_team_leader()) s->traffic.matrix_loads += 2;
     flush(s);
+    const eval_matvec_job first = {a->out, a->in, a->weight, a->bias, a->M, a->K, a->N};
+    const eval_matvec_job second = {b->out, b->in, b->weight, b->bias, b->M, b->K, b->N};
+    eval_team_matvec_pair(&s->team, &first, &second, epilogue, arg);
 }
 
-/* SwiGLU expert e of `weights` on n_rows contiguous rows: in [n,C] -> out [n,C]. */
-static void expert_forward(eval_decode_session *s, float *out, const float *in, int n_rows,
-                           const model_block_weights *weights, int64_t e) {
-    shapes d = shapes_of(s->model);
+static int exec_serial_begin(void *self) { return eval_team_serial_begin(&((eval_decode_session *)self)->team); }
+static void exec_serial_end(void *self) { eval_team_serial_end(&((eval_decode_session *)self)->team); }
+
+static void exec_count_expert(void *self) {
+    eval_decode_session *s = self;
+    if (eval_team_leader()) s->traffic.expert_loads++;
+}
+
+/* The exec of this session; the paired products only on the own matvec path. */
+static model_row_exec exec_of(eval_decode_session *s) {
+    model_row_exec exec = {
+        s, exec_linear, exec_flush, exec_linear_pair, exec_serial_begin, exec_serial_end, exec_count_expert};
+    if (s->matvec != EVAL_MATVEC_OWN) exec.linear_pair = NULL;
+    return exec;
+}
+
+/* The FFN of rows [row0, row0 + n_rows) at layer l through its kind:
+ * rows.x [2,C] -> rows.m [2,C]; the primary row saves z1 (and its router
+ * logits), the branch row is coupled to them (SPEC §2). */
+static void ffn_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
+    const model *m = s->model;
+    const model_layer *layer = &m->layers[l];
+    const model_layer_arch *la = &m->arch.layers[l];
+    const shapes d = shapes_of(m);
     eval_decode_rows *r = &s->rows;
-    const float *w1 = data_of(weights->w1) + e * d.F * d.C, *w3 = data_of(weights->w3) + e * d.F * d.C;
-    const float *w2 = data_of(weights->w2) + e * d.C * d.F;
-    queue_linear(s, r->hidden_a, in, w1, NULL, n_rows, d.C, d.F);
-    queue_linear(s, r->hidden_b, in, w3, NULL, n_rows, d.C, d.F);
-    flush(s);
-    EVAL_TEAM_SERIAL(&s->team) k_swiglu_forward(r->z, r->hidden_a, r->hidden_b, n_rows * d.F);
-    linear(s, out, r->z, w2, NULL, n_rows, d.F, d.C);
-}
-
-/* Gate of expert e in a row's routing (index [k], gates [k]); 0 when not chosen. */
-static int find_gate(const int32_t *index, const float *gates, int64_t k, int64_t e, float *gate) {
-    for (int64_t j = 0; j < k; j++)
-        if (index[j] == e) {
-            *gate = gates[j];
-            return 1;
-        }
-    return 0;
-}
-
-/* The branch row's experts and gates at one layer (SPEC §2): `replay` picks
- * the top-k_branch of the PRIMARY's router logits, `own` of the branch's own;
- * the gates are the softmax of the branch's own logits over the chosen.
- * primary_logits, branch_logits [E]; index, gates [k]. */
-static void route_branch(const model_config *c, const float *primary_logits, const float *branch_logits, int64_t E,
-                         int64_t k, int32_t *index, float *gates) {
-    float chosen[MAX_TOP_K];
-    if (c->branch_routing == ROUTING_REPLAY) {
-        k_topk(index, NULL, primary_logits, 1, E, k);
-        for (int64_t j = 0; j < k; j++) chosen[j] = branch_logits[index[j]];
-    } else {
-        k_topk(index, chosen, branch_logits, 1, E, k);
-    }
-    k_softmax_forward(gates, chosen, 1, k);
-}
-
-/* MoE FFN of rows [row0, row0 + n_rows) at layer l (SPEC §1, §2 routing):
- * x [2,C] -> rows->m [2,C]. Each expert in the union of the rows' choices runs
- * once; when both rows chose it and share the experts, as one M = 2 product. */
-static void ffn_moe_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
-    shapes d = shapes_of(s->model);
-    const model_config *c = &s->model->config;
-    const model_layer *layer = &s->model->layers[l];
-    const model_block_weights *weights[2] = {&layer->primary, &layer->branch};
-    eval_decode_rows *r = &s->rows;
-    const int64_t k[2] = {d.top_k, d.top_k_branch};
-    /* Per layer, so no thread overwrites a routing another thread may still be
-     * reading to decide which experts to visit (team rule: control flow only
-     * from data that stays put for the whole step). */
-    int32_t *index[2] = {r->route_index + l * 2 * MAX_TOP_K, r->route_index + (l * 2 + 1) * MAX_TOP_K};
-    float *gates[2] = {r->route_gates + l * 2 * MAX_TOP_K, r->route_gates + (l * 2 + 1) * MAX_TOP_K};
-
-    rows_linear(s, r->router_logits, r->x, row0, n_rows, layer->primary.router, NULL, layer->branch.router, NULL, d.C,
-                d.E);
-    flush(s);
-    EVAL_TEAM_SERIAL(&s->team) {
-        if (row0 == 0) { /* primary: top_k of its router logits, softmax over the chosen */
-            float chosen[MAX_TOP_K];
-            memcpy(s->router1 + l * d.E, r->router_logits, (size_t)d.E * sizeof(float));
-            k_topk(index[0], chosen, r->router_logits, 1, d.E, k[0]);
-            k_softmax_forward(gates[0], chosen, 1, k[0]);
-        }
-        if (row0 + n_rows == 2)
-            route_branch(c, s->router1 + l * d.E, r->router_logits + d.E, d.E, k[1], index[1], gates[1]);
-        memset(r->m + row0 * d.C, 0, (size_t)(n_rows * d.C) * sizeof(float));
-    }
-    /* From here every thread reads the routing the serial stage wrote. */
-    int stack = n_rows == 2 && layer->primary.w1 == layer->branch.w1;
-    for (int64_t e = 0; e < d.E; e++) { /* ascending expert order in every mode: same sums */
-        float gate[2] = {0.0f, 0.0f};
-        int uses[2] = {0, 0};
-        for (int row = row0; row < row0 + n_rows; row++) uses[row] = find_gate(index[row], gates[row], k[row], e, &gate[row]);
-        if (!uses[0] && !uses[1]) continue;
-        if (stack && uses[0] && uses[1]) {
-            expert_forward(s, r->expert_out, r->x, 2, weights[0], e);
-            if (eval_team_leader()) s->traffic.expert_loads++;
-        } else {
-            for (int row = row0; row < row0 + n_rows; row++) {
-                if (!uses[row]) continue;
-                expert_forward(s, r->expert_out + row * d.C, r->x + row * d.C, 1, weights[row], e);
-                if (eval_team_leader()) s->traffic.expert_loads++;
-            }
-        }
-        EVAL_TEAM_SERIAL(&s->team) {
-            for (int row = row0; row < row0 + n_rows; row++)
-                if (uses[row]) k_accumulate_scaled(r->m + row * d.C, r->expert_out + row * d.C, gate[row], d.C);
-        }
-    }
-}
-
-/* RoPE (SPEC §1) on n_heads consecutive heads of width hd at position pos, in
- * place: the arithmetic of k_rope_forward (same table, [n_pos, hd/2, 2]
- * cos/sin), inlined because it runs per head inside attention items, where a
- * kernel call would open (and close) a nested OpenMP region per head. */
-// x [n_heads, hd]
-static void rotate_heads(float *x, const float *table, int64_t pos, int64_t n_heads, int64_t hd) {
-    const int64_t half = hd / 2;
-    const float *angles = table + pos * half * 2; /* [half, 2] for this position */
-    for (int64_t h = 0; h < n_heads; h++) {
-        float *head = x + h * hd;
-        for (int64_t j = 0; j < half; j++) {
-            float c = angles[2 * j], sn = angles[2 * j + 1];
-            float x0 = head[2 * j], x1 = head[2 * j + 1];
-            head[2 * j] = x0 * c - x1 * sn;
-            head[2 * j + 1] = x0 * sn + x1 * c;
-        }
-    }
+    const model_row_exec exec = exec_of(s);
+    const model_ffn_rows call = {
+        .exec = &exec,
+        .arch = &m->arch,
+        .layer = la,
+        .config = &m->config,
+        .w = {layer->primary.ffn, layer->branch.ffn},
+        .row0 = row0,
+        .n_rows = n_rows,
+        .x = r->x,
+        .m = r->m,
+        .hidden_a = r->hidden_a,
+        .hidden_b = r->hidden_b,
+        .z = r->z,
+        .z1 = s->z1 + l * d.F,
+        .couple_hidden = data_of(layer->couple_hidden),
+        .router_logits = r->router_logits,
+        .router1 = s->router1 + l * d.E,
+        .route_index = {r->route_index + l * 2 * MODEL_MAX_TOP_K, r->route_index + (l * 2 + 1) * MODEL_MAX_TOP_K},
+        .route_gates = {r->route_gates + l * 2 * MODEL_MAX_TOP_K, r->route_gates + (l * 2 + 1) * MODEL_MAX_TOP_K},
+        .expert_out = r->expert_out,
+    };
+    la->ffn->rows(&call);
 }
 
 /* What has to happen between the Q/K/V products and attention, for the query
@@ -519,21 +382,25 @@ static void prepare_heads(eval_decode_session *s, int64_t l, int64_t pos, int ro
     const model *m = s->model;
     shapes d = shapes_of(m);
     const model_layer *layer = &m->layers[l];
+    const model_position_kind *position = m->arch.position;
     const int64_t group = d.H / d.Hkv, q_begin = kv_begin * group * d.hd, q_len = (kv_end - kv_begin) * group * d.hd;
     float *q = s->rows.q, *q1 = s->q1 + l * d.qdim;
     if (row0 == 0) {
-        float *k_row = s->k_cache + (l * s->n_pos_max + pos) * d.kvdim; // [Hkv*hd]
+        float *k_row = s->k_cache + (l * s->n_pos_max + pos) * d.kvdim;   // [Hkv*hd]
         memcpy(q1 + q_begin, q + q_begin, (size_t)q_len * sizeof(float)); /* before RoPE */
-        if (d.rope) rotate_heads(k_row + kv_begin * d.hd, m->rope_table, pos, kv_end - kv_begin, d.hd);
+        if (position->rotary)
+            position->rotate_heads(k_row + kv_begin * d.hd, layer->rope_table, pos, kv_end - kv_begin, d.hd);
     }
     if (row0 + n_rows == 2 && layer->couple_q) { /* branch: q2 += couple_q ⊙ q1 on these heads */
         const float *couple = data_of(layer->couple_q) + q_begin;
         float *q2 = q + d.qdim + q_begin;
-        for (int64_t i = 0; i < q_len; i++) q2[i] += couple[i] * q1[q_begin + i];
+        for (int64_t i = 0; i < q_len; i++)
+            q2[i] += couple[i] * q1[q_begin + i];
     }
-    if (d.rope)
+    if (position->rotary)
         for (int row = row0; row < row0 + n_rows; row++)
-            rotate_heads(q + row * d.qdim + q_begin, m->rope_table, pos, (kv_end - kv_begin) * group, d.hd);
+            position->rotate_heads(q + row * d.qdim + q_begin, layer->rope_table, pos, (kv_end - kv_begin) * group,
+                                   d.hd);
 }
 
 /* Attention of the rows [row0, row0 + n_rows) at position pos over the cache
@@ -543,11 +410,11 @@ typedef struct attention_args {
     eval_decode_session *s;
     int64_t l, pos;
     int row0, n_rows;
-    float *out;            /* [n_rows, H*hd] */
-    const float *q;        /* [n_rows, H*hd] */
-    const float *k_cache;  /* [n_pos_max, Hkv*hd] */
-    const float *v_cache;  /* [n_pos_max, Hkv*hd] */
-    float *scratch;        /* [n_rows, H, n_pos_max] */
+    float *out;           /* [n_rows, H*hd] */
+    const float *q;       /* [n_rows, H*hd] */
+    const float *k_cache; /* [n_pos_max, Hkv*hd] */
+    const float *v_cache; /* [n_pos_max, Hkv*hd] */
+    float *scratch;       /* [n_rows, H, n_pos_max] */
     int64_t H, Hkv, hd, n_pos_max;
 } attention_args;
 
@@ -564,20 +431,23 @@ static void attention_kv_head(int64_t kv_head, void *arg) {
                 const float *k = a->k_cache + t * kvdim + kv_head * a->hd;
                 float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                for (int64_t i = 0; i < a->hd; i++) dot += q[i] * k[i];
+                for (int64_t i = 0; i < a->hd; i++)
+                    dot += q[i] * k[i];
                 scores[t] = dot * scale;
                 max = scores[t] > max ? scores[t] : max;
             }
             /* k_exp (kernels/vec_math.h, within 2 ulp of expf) vectorises; a
              * scalar expf per score was about 5% of a 15M-shape step (perf) */
 #pragma omp simd reduction(+ : sum)
-            for (int64_t t = 0; t < n_pos; t++) sum += (scores[t] = k_exp(scores[t] - max));
+            for (int64_t t = 0; t < n_pos; t++)
+                sum += (scores[t] = k_exp(scores[t] - max));
             float *out = a->out + row * qdim + h * a->hd;
             memset(out, 0, (size_t)a->hd * sizeof(float));
             for (int64_t t = 0; t < n_pos; t++) {
                 const float *v = a->v_cache + t * kvdim + kv_head * a->hd, p = scores[t] / sum;
 #pragma omp simd
-                for (int64_t i = 0; i < a->hd; i++) out[i] += p * v[i];
+                for (int64_t i = 0; i < a->hd; i++)
+                    out[i] += p * v[i];
             }
         }
 }
@@ -594,9 +464,20 @@ static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int r
         k_attention_decode(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, s->rows.attn_scratch);
         return;
     }
-    attention_args a = {.s = s, .l = l, .pos = pos, .row0 = row0, .n_rows = n_rows, .out = out, .q = q,
-                        .k_cache = k_cache, .v_cache = v_cache, .scratch = s->rows.attn_scratch, .H = d.H,
-                        .Hkv = d.Hkv, .hd = d.hd, .n_pos_max = s->n_pos_max};
+    attention_args a = {.s = s,
+                        .l = l,
+                        .pos = pos,
+                        .row0 = row0,
+                        .n_rows = n_rows,
+                        .out = out,
+                        .q = q,
+                        .k_cache = k_cache,
+                        .v_cache = v_cache,
+                        .scratch = s->rows.attn_scratch,
+                        .H = d.H,
+                        .Hkv = d.Hkv,
+                        .hd = d.hd,
+                        .n_pos_max = s->n_pos_max};
     eval_team_for(&s->team, d.Hkv, attention_kv_head, &a);
 }
 
@@ -649,10 +530,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             norm(s, x, r->mean, r->rstd, h, layer->ffn_norm, layer->ffn_norm_bias, n_rows, d.C);
         }
         count_norm(s, layer->ffn_norm, layer->ffn_norm_bias);
-        if (d.moe)
-            ffn_moe_rows(s, l, row0, n_rows);
-        else
-            ffn_dense_rows(s, l, row0, n_rows);
+        ffn_rows(s, l, row0, n_rows);
         EVAL_TEAM_SERIAL(team) {
             if (row0 == 0) memcpy(s->m1 + l * d.C, r->m, (size_t)d.C * sizeof(float));
             if (has_branch_row) add_coupling(r->m + d.C, layer->couple_out, s->m1 + l * d.C, d.C);
@@ -698,7 +576,8 @@ float eval_mixture_alpha(const float *logits, int64_t V, double alpha_min, doubl
      * this runs once per decode step on V logits, so it should cost little
      * beside the step (V = 32000: ~0.1 ms rather than ~0.5 ms with exp). */
     float max = logits[0];
-    for (int64_t v = 1; v < V; v++) max = logits[v] > max ? logits[v] : max;
+    for (int64_t v = 1; v < V; v++)
+        max = logits[v] > max ? logits[v] : max;
     double sum = 0.0, sum_sq = 0.0;
     for (int64_t v = 0; v < V; v++) {
         double e = (double)expf(logits[v] - max);
@@ -724,10 +603,12 @@ void eval_decode_mixture(const eval_decode_session *s, float *probs) {
         if (lp[v] > max_p) max_p = lp[v];
         if (lq[v] > max_q) max_q = lq[v];
     }
-    for (int64_t v = 0; v < V; v++) sum_p += exp((double)lp[v] - max_p);
+    for (int64_t v = 0; v < V; v++)
+        sum_p += exp((double)lp[v] - max_p);
     double alpha = s->run_branch ? s->alpha : 1.0;
     if (alpha < 1.0)
-        for (int64_t v = 0; v < V; v++) sum_q += exp((double)lq[v] - max_q);
+        for (int64_t v = 0; v < V; v++)
+            sum_q += exp((double)lq[v] - max_q);
     for (int64_t v = 0; v < V; v++) {
         double r = alpha * exp((double)lp[v] - max_p) / sum_p;
         if (alpha < 1.0) r += (1.0 - alpha) * exp((double)lq[v] - max_q) / sum_q;
@@ -761,81 +642,45 @@ static void prefill_rows_linear(eval_decode_session *s, float *out, const float 
     if (extra) linear(s, out + P * N, in + P * K, data_of(w1), data_of(b1), 1, K, N);
 }
 
-/* MoE FFN over the prompt rows (+ the branch row P when extra): x -> m.
- * Per expert: gather the rows routed to it, SwiGLU, scale by the gates,
- * scatter-add back; the branch row joins the primary rows of an expert it
- * shares. */
-static void prefill_moe(eval_decode_session *s, int64_t l, int64_t P, int extra) {
-    shapes d = shapes_of(s->model);
-    const model_layer *layer = &s->model->layers[l];
+/* The FFN over the prompt rows (+ the branch row P) through its kind: x -> m;
+ * keeps the primary's z1 and router logits at P-1. */
+static void prefill_ffn(eval_decode_session *s, int64_t l, int64_t P, int extra) {
+    const model *m = s->model;
+    const model_layer *layer = &m->layers[l];
+    const shapes d = shapes_of(m);
     eval_decode_prefill_buffers *b = &s->prefill;
-    int32_t branch_index[MAX_TOP_K];
-    float branch_gates[MAX_TOP_K], gate;
-
-    prefill_rows_linear(s, b->router_logits, b->x, P, extra, layer->primary.router, NULL, layer->branch.router, NULL,
-                        d.C, d.E);
-    k_topk(b->topk_index, b->topk_logits, b->router_logits, P, d.E, d.top_k);
-    k_softmax_forward(b->topk_gates, b->topk_logits, P, d.top_k);
-    memcpy(s->router1 + l * d.E, b->router_logits + (P - 1) * d.E, (size_t)d.E * sizeof(float));
-    if (extra)
-        route_branch(&s->model->config, b->router_logits + (P - 1) * d.E, b->router_logits + P * d.E, d.E,
-                     d.top_k_branch, branch_index, branch_gates);
-    int shared = layer->primary.w1 == layer->branch.w1;
-    memset(b->m, 0, (size_t)((P + extra) * d.C) * sizeof(float));
-    for (int64_t e = 0; e < d.E; e++) {
-        int64_t n = 0;
-        for (int64_t t = 0; t < P; t++)
-            for (int64_t j = 0; j < d.top_k; j++)
-                if (b->topk_index[t * d.top_k + j] == e) {
-                    b->expert_rows[n] = (int32_t)t;
-                    b->expert_gates[n++] = b->topk_gates[t * d.top_k + j];
-                }
-        if (extra && shared && find_gate(branch_index, branch_gates, d.top_k_branch, e, &gate)) {
-            b->expert_rows[n] = (int32_t)P;
-            b->expert_gates[n++] = gate;
-        }
-        if (n == 0) continue;
-        const float *w1 = data_of(layer->primary.w1) + e * d.F * d.C, *w3 = data_of(layer->primary.w3) + e * d.F * d.C;
-        const float *w2 = data_of(layer->primary.w2) + e * d.C * d.F;
-        k_gather_rows(b->expert_in, b->x, b->expert_rows, n, d.C);
-        linear(s, b->hidden_a, b->expert_in, w1, NULL, n, d.C, d.F);
-        linear(s, b->hidden_b, b->expert_in, w3, NULL, n, d.C, d.F);
-        k_swiglu_forward(b->z, b->hidden_a, b->hidden_b, n * d.F);
-        linear(s, b->expert_out, b->z, w2, NULL, n, d.F, d.C);
-        k_scale_rows(b->expert_out, b->expert_out, b->expert_gates, n, d.C);
-        k_scatter_add_rows(b->m, b->expert_out, b->expert_rows, n, d.C);
-        s->traffic.expert_loads++;
-    }
-    if (extra && !shared) /* share = off: the branch row runs its own experts */
-        for (int64_t e = 0; e < d.E; e++)
-            if (find_gate(branch_index, branch_gates, d.top_k_branch, e, &gate)) {
-                expert_forward(s, s->rows.expert_out, b->x + P * d.C, 1, &layer->branch, e);
-                k_accumulate_scaled(b->m + P * d.C, s->rows.expert_out, gate, d.C);
-                s->traffic.expert_loads++;
-            }
-}
-
-/* Dense FFN over the prompt rows (+ the branch row P): x -> m; keeps z1. */
-static void prefill_dense(eval_decode_session *s, int64_t l, int64_t P, int extra) {
-    shapes d = shapes_of(s->model);
-    const model_layer *layer = &s->model->layers[l];
-    const model_block_weights *p = &layer->primary, *br = &layer->branch;
-    eval_decode_prefill_buffers *b = &s->prefill;
-    int64_t rows = P + extra;
-    if (d.layernorm) {
-        prefill_rows_linear(s, b->hidden_a, b->x, P, extra, p->fc, p->fc_bias, br->fc, br->fc_bias, d.C, d.F);
-        k_gelu_forward(b->z, b->hidden_a, rows * d.F);
-    } else {
-        prefill_rows_linear(s, b->hidden_a, b->x, P, extra, p->w1, NULL, br->w1, NULL, d.C, d.F);
-        prefill_rows_linear(s, b->hidden_b, b->x, P, extra, p->w3, NULL, br->w3, NULL, d.C, d.F);
-        k_swiglu_forward(b->z, b->hidden_a, b->hidden_b, rows * d.F);
-    }
-    memcpy(s->z1 + l * d.F, b->z + (P - 1) * d.F, (size_t)d.F * sizeof(float));
-    if (extra) add_coupling(b->z + P * d.F, layer->couple_hidden, s->z1 + l * d.F, d.F);
-    if (d.layernorm)
-        prefill_rows_linear(s, b->m, b->z, P, extra, p->proj, p->proj_bias, br->proj, br->proj_bias, d.F, d.C);
-    else
-        prefill_rows_linear(s, b->m, b->z, P, extra, p->w2, NULL, br->w2, NULL, d.F, d.C);
+    eval_decode_rows *r = &s->rows;
+    const model_row_exec exec = exec_of(s);
+    const model_ffn_prefill call = {
+        .exec = &exec,
+        .arch = &m->arch,
+        .layer = &m->arch.layers[l],
+        .config = &m->config,
+        .w = {layer->primary.ffn, layer->branch.ffn},
+        .P = P,
+        .extra = extra,
+        .x = b->x,
+        .m = b->m,
+        .hidden_a = b->hidden_a,
+        .hidden_b = b->hidden_b,
+        .z = b->z,
+        .z1 = s->z1 + l * d.F,
+        .couple_hidden = data_of(layer->couple_hidden),
+        .router_logits = b->router_logits,
+        .router1 = s->router1 + l * d.E,
+        .topk_index = b->topk_index,
+        .topk_logits = b->topk_logits,
+        .topk_gates = b->topk_gates,
+        .expert_rows = b->expert_rows,
+        .expert_gates = b->expert_gates,
+        .expert_in = b->expert_in,
+        .expert_out = b->expert_out,
+        .row_out = r->expert_out,
+        .row_hidden_a = r->hidden_a,
+        .row_hidden_b = r->hidden_b,
+        .row_z = r->z,
+    };
+    m->arch.layers[l].ffn->prefill(&call);
 }
 
 static dt_status check_token(const eval_decode_session *s, int32_t token) {
@@ -878,10 +723,10 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
         prefill_linear(s, k_cache, b->x, w->wk, w->wk_bias, P, d.C, d.kvdim);
         prefill_linear(s, v_cache, b->x, w->wv, w->wv_bias, P, d.C, d.kvdim);
         if (extra) add_coupling(b->q + P * d.qdim, layer->couple_q, s->q1 + l * d.qdim, d.qdim);
-        if (d.rope) {
-            k_rope_forward(b->q, m->rope_table, 1, P, 0, d.H, d.hd);
-            k_rope_forward(k_cache, m->rope_table, 1, P, 0, d.Hkv, d.hd);
-            if (extra) k_rope_forward(b->q + P * d.qdim, m->rope_table, 1, 1, P - 1, d.H, d.hd);
+        if (m->arch.position->rotary) {
+            k_rope_forward(b->q, layer->rope_table, 1, P, 0, d.H, d.hd);
+            k_rope_forward(k_cache, layer->rope_table, 1, P, 0, d.Hkv, d.hd);
+            if (extra) k_rope_forward(b->q + P * d.qdim, layer->rope_table, 1, 1, P - 1, d.H, d.hd);
         }
         k_attention_forward(b->y, b->lse, b->q, k_cache, v_cache, 1, P, d.H, d.Hkv, d.hd);
         s->traffic.kv_read_bytes += 2.0 * (double)(P * d.kvdim) * 4.0;
@@ -895,10 +740,7 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
 
         norm(s, b->x, b->mean, b->rstd, b->h, layer->ffn_norm, layer->ffn_norm_bias, rows, d.C);
         count_norm(s, layer->ffn_norm, layer->ffn_norm_bias);
-        if (d.moe)
-            prefill_moe(s, l, P, extra);
-        else
-            prefill_dense(s, l, P, extra);
+        prefill_ffn(s, l, P, extra);
         memcpy(s->m1 + l * d.C, b->m + (P - 1) * d.C, (size_t)d.C * sizeof(float));
         if (extra) add_coupling(b->m + P * d.C, layer->couple_out, s->m1 + l * d.C, d.C);
         k_accumulate(b->h, b->m, rows * d.C);

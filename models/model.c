@@ -13,19 +13,19 @@
 
 #include "kernels/rope.h"
 
-/* Marks for add_param: what the optimizer and the init need to know. */
+/* Marks for add_param: what the optimizer needs to know. */
 enum { PLAIN = 0, MATRIX = 1, EMBEDDING = 2 };
 
 /* Upper bound of the parameter count: 6 model-level tensors, and per layer
- * 4 norm tensors, 8 attention tensors, 4 FFN tensors, 3 coupling vectors and
- * 8 branch copies (share = off). */
-static int max_params(const model_config *c) { return 8 + 32 * (int)c->n_layer; }
+ * 4 norm tensors, 8 attention tensors, MODEL_FFN_SLOTS FFN tensors, 3
+ * coupling vectors and the share = off copies (4 attention + FFN). */
+static int max_params(const model_config *c) { return 8 + (19 + 2 * MODEL_FFN_SLOTS) * (int)c->n_layer; }
 
 /* Appends a zero-filled parameter with a zero gradient. The name is formatted. */
-static dt_tensor *add_param(model *m, int capacity, model_param_group group, int marks, int ndim,
-                            const int64_t *shape, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static dt_tensor *add_param(model *m, int capacity, model_param_group group, int marks, model_init_kind init, int ndim,
+                            const int64_t *shape, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
 
-static dt_tensor *add_param(model *m, int capacity, model_param_group group, int marks, int ndim,
+static dt_tensor *add_param(model *m, int capacity, model_param_group group, int marks, model_init_kind init, int ndim,
                             const int64_t *shape, const char *fmt, ...) {
     if (m->n_params >= capacity) {
         dt_errorf("model: more parameters than the %d planned (internal error)", capacity);
@@ -52,6 +52,7 @@ static dt_tensor *add_param(model *m, int capacity, model_param_group group, int
     p->group = group;
     p->is_matrix = (marks & MATRIX) != 0;
     p->is_embedding = (marks & EMBEDDING) != 0;
+    p->init = init;
     m->n_params++;
     return p->tensor;
 }
@@ -64,57 +65,66 @@ typedef struct {
     int failed;
 } builder;
 
-static dt_tensor *param(builder *b, model_param_group group, int marks, int ndim, const int64_t *shape,
-                        const char *prefix, int64_t layer, const char *name) {
+static dt_tensor *param(builder *b, model_param_group group, int marks, model_init_kind init, int ndim,
+                        const int64_t *shape, const char *prefix, int64_t layer, const char *name) {
     if (b->failed) return NULL;
-    dt_tensor *t = layer >= 0 ? add_param(b->m, b->capacity, group, marks, ndim, shape, "%slayers.%lld.%s", prefix,
-                                          (long long)layer, name)
-                              : add_param(b->m, b->capacity, group, marks, ndim, shape, "%s%s", prefix, name);
+    dt_tensor *t = layer >= 0 ? add_param(b->m, b->capacity, group, marks, init, ndim, shape, "%slayers.%lld.%s",
+                                          prefix, (long long)layer, name)
+                              : add_param(b->m, b->capacity, group, marks, init, ndim, shape, "%s%s", prefix, name);
     if (!t) b->failed = 1;
     return t;
 }
 
-/* attn.wq and attn.wo (+ biases for nanogpt); with_kv adds wk and wv between them (SPEC order). */
-static void add_attention(builder *b, model_block_weights *w, model_param_group group, const char *prefix,
-                          int64_t l, int with_kv) {
-    const model_config *c = &b->m->config;
-    const int64_t C = c->d_model, hd = model_head_dim(c), q_width = c->n_head * hd, kv_width = c->n_kv_head * hd;
-    const int biases = c->family == FAMILY_NANOGPT;
-    w->wq = param(b, group, MATRIX, DT_SHAPE(q_width, C), prefix, l, "attn.wq.weight");
-    if (biases) w->wq_bias = param(b, group, PLAIN, DT_SHAPE(q_width), prefix, l, "attn.wq.bias");
-    if (with_kv) {
-        w->wk = param(b, group, MATRIX, DT_SHAPE(kv_width, C), prefix, l, "attn.wk.weight");
-        if (biases) w->wk_bias = param(b, group, PLAIN, DT_SHAPE(kv_width), prefix, l, "attn.wk.bias");
-        w->wv = param(b, group, MATRIX, DT_SHAPE(kv_width, C), prefix, l, "attn.wv.weight");
-        if (biases) w->wv_bias = param(b, group, PLAIN, DT_SHAPE(kv_width), prefix, l, "attn.wv.bias");
+/* A norm's weight (init one) and, for kinds with one, its bias. */
+static void add_norm(builder *b, dt_tensor **weight, dt_tensor **bias, int64_t l, const char *name) {
+    char full[64];
+    snprintf(full, sizeof full, "%s.weight", name);
+    *weight = param(b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ONE, DT_SHAPE(b->m->config.d_model), "", l, full);
+    if (b->m->arch.norm->has_bias) {
+        snprintf(full, sizeof full, "%s.bias", name);
+        *bias = param(b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(b->m->config.d_model), "", l, full);
     }
-    w->wo = param(b, group, MATRIX, DT_SHAPE(C, q_width), prefix, l, "attn.wo.weight");
-    if (biases) w->wo_bias = param(b, group, PLAIN, DT_SHAPE(C), prefix, l, "attn.wo.bias");
 }
 
-/* The FFN weights of one layer: mlp.fc/proj (nanogpt), mlp.w1/w3/w2 (llama), moe.router + experts. */
-static void add_ffn(builder *b, model_block_weights *w, model_param_group group, const char *prefix, int64_t l) {
-    const model_config *c = &b->m->config;
-    const int64_t C = c->d_model, F = c->d_ff, E = c->n_expert;
-    switch (c->family) {
-    case FAMILY_NANOGPT:
-        w->fc = param(b, group, MATRIX, DT_SHAPE(F, C), prefix, l, "mlp.fc.weight");
-        w->fc_bias = param(b, group, PLAIN, DT_SHAPE(F), prefix, l, "mlp.fc.bias");
-        w->proj = param(b, group, MATRIX, DT_SHAPE(C, F), prefix, l, "mlp.proj.weight");
-        w->proj_bias = param(b, group, PLAIN, DT_SHAPE(C), prefix, l, "mlp.proj.bias");
-        break;
-    case FAMILY_LLAMA:
-        w->w1 = param(b, group, MATRIX, DT_SHAPE(F, C), prefix, l, "mlp.w1.weight");
-        w->w3 = param(b, group, MATRIX, DT_SHAPE(F, C), prefix, l, "mlp.w3.weight");
-        w->w2 = param(b, group, MATRIX, DT_SHAPE(C, F), prefix, l, "mlp.w2.weight");
-        break;
-    case FAMILY_MOE:
-        w->router = param(b, group, MATRIX, DT_SHAPE(E, C), prefix, l, "moe.router.weight");
-        w->w1 = param(b, group, MATRIX, DT_SHAPE(E, F, C), prefix, l, "moe.w1.weight");
-        w->w3 = param(b, group, MATRIX, DT_SHAPE(E, F, C), prefix, l, "moe.w3.weight");
-        w->w2 = param(b, group, MATRIX, DT_SHAPE(E, C, F), prefix, l, "moe.w2.weight");
-        break;
+/* attn.wq and attn.wo (+ biases); with_kv adds wk and wv between them (SPEC order). */
+static void add_attention(builder *b, model_block_weights *w, model_param_group group, const char *prefix, int64_t l,
+                          int with_kv) {
+    const model_layer_arch *la = &b->m->arch.layers[l];
+    const int64_t C = b->m->arch.C, q_width = la->q_width, kv_width = la->kv_width;
+    const int biases = b->m->arch.linear_bias;
+    w->wq = param(b, group, MATRIX, MODEL_INIT_NORMAL, DT_SHAPE(q_width, C), prefix, l, "attn.wq.weight");
+    if (biases) w->wq_bias = param(b, group, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(q_width), prefix, l, "attn.wq.bias");
+    if (with_kv) {
+        w->wk = param(b, group, MATRIX, MODEL_INIT_NORMAL, DT_SHAPE(kv_width, C), prefix, l, "attn.wk.weight");
+        if (biases) w->wk_bias = param(b, group, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(kv_width), prefix, l, "attn.wk.bias");
+        w->wv = param(b, group, MATRIX, MODEL_INIT_NORMAL, DT_SHAPE(kv_width, C), prefix, l, "attn.wv.weight");
+        if (biases) w->wv_bias = param(b, group, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(kv_width), prefix, l, "attn.wv.bias");
     }
+    w->wo = param(b, group, MATRIX, MODEL_INIT_RESIDUAL, DT_SHAPE(C, q_width), prefix, l, "attn.wo.weight");
+    if (biases) w->wo_bias = param(b, group, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(C), prefix, l, "attn.wo.bias");
+}
+
+/* The sink an FFN kind declares its tensors into (models/ffn.h). */
+typedef struct {
+    builder *b;
+    model_param_group group;
+    const char *prefix;
+    int64_t layer;
+} ffn_sink;
+
+static dt_tensor *ffn_sink_add(void *self, const char *name, int ndim, const int64_t *shape, int is_matrix,
+                               model_init_kind init) {
+    ffn_sink *s = self;
+    return param(s->b, s->group, is_matrix ? MATRIX : PLAIN, init, ndim, shape, s->prefix, s->layer, name);
+}
+
+/* The FFN weights of one layer, as its kind declares them. */
+static void add_ffn(builder *b, model_block_weights *w, model_param_group group, const char *prefix, int64_t l) {
+    if (b->failed) return;
+    const model_layer_arch *la = &b->m->arch.layers[l];
+    ffn_sink s = {b, group, prefix, l};
+    const model_param_sink sink = {&s, ffn_sink_add};
+    if (la->ffn->declare(&b->m->arch, la, &sink, w->ffn) != DT_OK) b->failed = 1;
 }
 
 dt_status model_create(model *m, const model_config *config) {
@@ -122,9 +132,10 @@ dt_status model_create(model *m, const model_config *config) {
     model_config c = *config;
     if (model_config_validate(&c) != DT_OK) return DT_ERR;
     m->config = c;
+    if (model_arch_build(&m->arch, &c) != DT_OK) return DT_ERR;
+    const model_arch *a = &m->arch;
 
-    const int64_t C = c.d_model, V = c.vocab_size, L = c.n_layer, hd = model_head_dim(&c);
-    const int nanogpt = c.family == FAMILY_NANOGPT, has_branch = c.branch == BRANCH_DECODE;
+    const int64_t C = a->C, V = a->V, L = a->L;
     const int capacity = max_params(&c);
     m->params = calloc((size_t)capacity, sizeof *m->params);
     m->layers = calloc((size_t)L, sizeof *m->layers);
@@ -135,39 +146,45 @@ dt_status model_create(model *m, const model_config *config) {
     builder b = {m, capacity, 0};
 
     /* Primary path, SPEC §3 order. */
-    m->tok_emb = param(&b, PARAM_PRIMARY, EMBEDDING, DT_SHAPE(V, C), "", -1, "tok_emb.weight");
-    if (nanogpt) m->pos_emb = param(&b, PARAM_PRIMARY, EMBEDDING, DT_SHAPE(c.block_size, C), "", -1, "pos_emb.weight");
+    m->tok_emb = param(&b, PARAM_PRIMARY, EMBEDDING, MODEL_INIT_NORMAL, DT_SHAPE(V, C), "", -1, "tok_emb.weight");
+    if (a->position->learned_table)
+        m->pos_emb =
+            param(&b, PARAM_PRIMARY, EMBEDDING, MODEL_INIT_NORMAL, DT_SHAPE(a->T_max, C), "", -1, "pos_emb.weight");
     for (int64_t l = 0; l < L; l++) {
         model_layer *layer = &m->layers[l];
-        layer->attn_norm = param(&b, PARAM_PRIMARY, PLAIN, DT_SHAPE(C), "", l, "attn_norm.weight");
-        if (nanogpt) layer->attn_norm_bias = param(&b, PARAM_PRIMARY, PLAIN, DT_SHAPE(C), "", l, "attn_norm.bias");
+        add_norm(&b, &layer->attn_norm, &layer->attn_norm_bias, l, "attn_norm");
         add_attention(&b, &layer->primary, PARAM_PRIMARY, "", l, 1);
-        layer->ffn_norm = param(&b, PARAM_PRIMARY, PLAIN, DT_SHAPE(C), "", l, "ffn_norm.weight");
-        if (nanogpt) layer->ffn_norm_bias = param(&b, PARAM_PRIMARY, PLAIN, DT_SHAPE(C), "", l, "ffn_norm.bias");
+        add_norm(&b, &layer->ffn_norm, &layer->ffn_norm_bias, l, "ffn_norm");
         add_ffn(&b, &layer->primary, PARAM_PRIMARY, "", l);
         /* Without a branch, or with share = on, the branch applies the primary's weights. */
         layer->branch = layer->primary;
     }
-    m->final_norm = param(&b, PARAM_PRIMARY, PLAIN, DT_SHAPE(C), "", -1, "final_norm.weight");
-    if (nanogpt) m->final_norm_bias = param(&b, PARAM_PRIMARY, PLAIN, DT_SHAPE(C), "", -1, "final_norm.bias");
+    add_norm(&b, &m->final_norm, &m->final_norm_bias, -1, "final_norm");
     /* Tied: the head IS tok_emb (one tensor, one gradient), not a second parameter. */
-    m->lm_head = c.tie_embeddings ? m->tok_emb : param(&b, PARAM_PRIMARY, EMBEDDING, DT_SHAPE(V, C), "", -1, "lm_head.weight");
+    m->lm_head = a->tie_embeddings
+                     ? m->tok_emb
+                     : param(&b, PARAM_PRIMARY, EMBEDDING, MODEL_INIT_NORMAL, DT_SHAPE(V, C), "", -1, "lm_head.weight");
 
     /* Decode branch (SPEC §2): its embedding, the coupling vectors, and with share = off its own matrices. */
-    if (has_branch) {
-        m->branch_tok_emb = c.branch_emb == BRANCH_EMB_SHARED
-                                ? m->tok_emb
-                                : param(&b, PARAM_BRANCH, EMBEDDING, DT_SHAPE(V, C), "", -1, "branch.tok_emb.weight");
-        if (c.couple) {
-            for (int64_t l = 0; l < L; l++) {
-                model_layer *layer = &m->layers[l];
-                layer->couple_q = param(&b, PARAM_BRANCH, PLAIN, DT_SHAPE(c.n_head * hd), "", l, "branch.couple_q");
-                if (c.family != FAMILY_MOE)
-                    layer->couple_hidden = param(&b, PARAM_BRANCH, PLAIN, DT_SHAPE(c.d_ff), "", l, "branch.couple_hidden");
-                layer->couple_out = param(&b, PARAM_BRANCH, PLAIN, DT_SHAPE(C), "", l, "branch.couple_out");
-            }
+    if (a->has_branch) {
+        m->branch_tok_emb = a->branch_own_emb ? param(&b, PARAM_BRANCH, EMBEDDING, MODEL_INIT_NORMAL, DT_SHAPE(V, C),
+                                                      "", -1, "branch.tok_emb.weight")
+                                              : m->tok_emb;
+        for (int64_t l = 0; l < L; l++) {
+            model_layer *layer = &m->layers[l];
+            const model_layer_arch *la = &a->layers[l];
+            /* Coupling starts off: the branch starts uncoupled (SPEC §2). */
+            if (la->couple_q)
+                layer->couple_q =
+                    param(&b, PARAM_BRANCH, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(la->q_width), "", l, "branch.couple_q");
+            if (la->couple_hidden)
+                layer->couple_hidden =
+                    param(&b, PARAM_BRANCH, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(la->d_ff), "", l, "branch.couple_hidden");
+            if (la->couple_out)
+                layer->couple_out =
+                    param(&b, PARAM_BRANCH, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(C), "", l, "branch.couple_out");
         }
-        if (!c.share) {
+        if (a->branch_own_weights) {
             for (int64_t l = 0; l < L; l++) {
                 model_layer *layer = &m->layers[l];
                 /* The branch never computes K/V (it reads the primary's cache): wk/wv stay the primary's. */
@@ -181,14 +198,17 @@ dt_status model_create(model *m, const model_config *config) {
         return DT_ERR;
     }
 
-    if (c.family != FAMILY_NANOGPT) {
-        size_t floats = (size_t)c.block_size * (size_t)hd; /* [block_size, hd/2, 2] */
+    if (a->position->rotary) {
+        const int64_t hd = a->max_head_dim;
+        size_t floats = (size_t)a->T_max * (size_t)hd; /* [block_size, hd/2, 2] */
         m->rope_table = malloc(floats * sizeof *m->rope_table);
         if (!m->rope_table) {
             model_free(m);
             return dt_errorf("model: out of memory for the RoPE table (%zu floats)", floats);
         }
-        k_rope_table(m->rope_table, c.block_size, hd, c.rope_theta);
+        k_rope_table(m->rope_table, a->T_max, hd, c.rope_theta);
+        for (int64_t l = 0; l < L; l++)
+            m->layers[l].rope_table = m->rope_table;
     }
     return DT_OK;
 }
@@ -196,43 +216,44 @@ dt_status model_create(model *m, const model_config *config) {
 void model_free(model *m) {
     if (!m) return;
     if (m->params)
-        for (int i = 0; i < m->n_params; i++) dt_tensor_free(m->params[i].tensor);
+        for (int i = 0; i < m->n_params; i++)
+            dt_tensor_free(m->params[i].tensor);
     free(m->params);
     free(m->layers);
     free(m->rope_table);
+    model_arch_free(&m->arch);
     memset(m, 0, sizeof *m);
 }
 
-static int ends_with(const char *text, const char *suffix) {
-    size_t n = strlen(text), k = strlen(suffix);
-    return n >= k && !strcmp(text + n - k, suffix);
-}
-
-/* The projections that write into the residual stream: GPT-2 scales their
- * init by 1/sqrt(2 n_layer) so the stream's variance does not grow with depth. */
-static int is_residual_projection(const char *name) {
-    return ends_with(name, ".attn.wo.weight") || ends_with(name, ".mlp.proj.weight") ||
-           ends_with(name, ".mlp.w2.weight") || ends_with(name, ".moe.w2.weight");
-}
-
-/* Draws in parameter order, so a seed fixes every value. Branch copies under
- * share = off are independent draws with the primary's distribution (SPEC §2
- * says nothing; like branch.tok_emb, which SPEC §2 does fix as an independent
- * draw), not copies: a copy would start both paths identical and make share =
- * off look like share = on at step 0, which is not the ablation's question. */
+/* Draws in parameter order, so a seed fixes every value; how each tensor
+ * starts was decided where it was declared (model_param.init). Branch copies
+ * under share = off are independent draws with the primary's distribution
+ * (SPEC §2 says nothing; like branch.tok_emb, which SPEC §2 does fix as an
+ * independent draw), not copies: a copy would start both paths identical and
+ * make share = off look like share = on at step 0, which is not the
+ * ablation's question. Residual projections (MODEL_INIT_RESIDUAL) are scaled
+ * by 1/sqrt(2 n_layer) as in GPT-2, so the stream's variance does not grow
+ * with depth. */
 void model_init_weights(model *m, dt_rng *rng) {
     const float std = 0.02f;
     const float residual_std = (float)(0.02 / sqrt(2.0 * (double)m->config.n_layer));
     for (int i = 0; i < m->n_params; i++) {
-        const char *name = m->params[i].name;
         dt_tensor *t = m->params[i].tensor;
         float *x = dt_f32(t);
-        if (ends_with(name, ".bias") || strstr(name, ".branch.couple_")) {
-            memset(x, 0, (size_t)t->size * sizeof *x); /* coupling starts off: the branch starts uncoupled */
-        } else if (ends_with(name, "norm.weight")) {
-            for (int64_t j = 0; j < t->size; j++) x[j] = 1.0f;
-        } else {
-            dt_rng_fill_normal(rng, x, t->size, is_residual_projection(name) ? residual_std : std);
+        switch (m->params[i].init) {
+        case MODEL_INIT_ZERO:
+            memset(x, 0, (size_t)t->size * sizeof *x);
+            break;
+        case MODEL_INIT_ONE:
+            for (int64_t j = 0; j < t->size; j++)
+                x[j] = 1.0f;
+            break;
+        case MODEL_INIT_RESIDUAL:
+            dt_rng_fill_normal(rng, x, t->size, residual_std);
+            break;
+        case MODEL_INIT_NORMAL:
+            dt_rng_fill_normal(rng, x, t->size, std);
+            break;
         }
     }
 }

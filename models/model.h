@@ -13,25 +13,28 @@
 #include "autograd/tape.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "models/arch.h"
 #include "models/config.h"
+#include "models/ffn.h"
+#include "models/norm_kinds.h"
+#include "models/position_kinds.h"
 
 /* The weights a block applies; the primary's, or with share = off the branch's own copies.
- * Pointers are NULL when absent (biases outside nanogpt, dense weights in moe, ...). */
+ * Pointers are NULL when absent (biases without linear_bias, ...). */
 typedef struct model_block_weights {
     dt_tensor *wq, *wq_bias, *wk, *wk_bias, *wv, *wv_bias, *wo, *wo_bias; /* [H*hd,C] [Hkv*hd,C] [Hkv*hd,C] [C,H*hd] */
-    dt_tensor *fc, *fc_bias, *proj, *proj_bias; /* nanogpt: [4C,C] [4C] [C,4C] [C] */
-    dt_tensor *w1, *w3, *w2;                    /* llama [F,C] [F,C] [C,F]; moe [E,F,C] [E,F,C] [E,C,F] */
-    dt_tensor *router;                          /* moe [E,C] */
+    dt_tensor *ffn[MODEL_FFN_SLOTS]; /* the layer's FFN kind's tensors, in its declaration order (models/ffn.h) */
 } model_block_weights;
 
 typedef struct model_layer {
     dt_tensor *attn_norm, *attn_norm_bias; /* [C] */
     dt_tensor *ffn_norm, *ffn_norm_bias;   /* [C] */
     model_block_weights primary;
-    model_block_weights branch;            /* == primary (same pointers) when share = on */
-    dt_tensor *couple_q;                   /* [H*hd]  (NULL when couple = off or no branch) */
-    dt_tensor *couple_hidden;              /* [F]     (dense layers only) */
-    dt_tensor *couple_out;                 /* [C] */
+    model_block_weights branch; /* == primary (same pointers) when share = on */
+    dt_tensor *couple_q;        /* [H*hd]  (NULL when couple = off or no branch) */
+    dt_tensor *couple_hidden;   /* [F]     (dense layers only) */
+    dt_tensor *couple_out;      /* [C] */
+    const float *rope_table;    /* [T_max, hd/2, 2] for this layer's head width (rotary schemes) */
 } model_layer;
 
 typedef enum { PARAM_PRIMARY = 0, PARAM_BRANCH = 1 } model_param_group;
@@ -42,19 +45,21 @@ typedef struct model_param {
     model_param_group group; /* primary path or branch-only */
     int is_matrix;           /* 2-D (or expert 3-D) weight: weight decay / Muon apply */
     int is_embedding;        /* tok_emb, pos_emb, branch.tok_emb, lm_head */
+    model_init_kind init;    /* how model_init_weights draws it */
 } model_param;
 
 typedef struct model {
     model_config config;
-    model_param *params;     /* in SPEC §3 order */
+    model_arch arch;     /* the resolved description every executor reads (models/arch.h) */
+    model_param *params; /* in SPEC §3 order */
     int n_params;
-    dt_tensor *tok_emb;      /* [V,C] */
-    dt_tensor *pos_emb;      /* [T_max,C] nanogpt */
+    dt_tensor *tok_emb;                      /* [V,C] */
+    dt_tensor *pos_emb;                      /* [T_max,C] nanogpt */
     dt_tensor *final_norm, *final_norm_bias; /* [C] */
-    dt_tensor *lm_head;      /* [V,C]; == tok_emb when tied */
-    dt_tensor *branch_tok_emb; /* [V,C]; == tok_emb when branch_emb = shared; NULL without branch */
-    model_layer *layers;     /* [n_layer] */
-    float *rope_table;       /* [block_size, hd/2, 2] cos/sin for llama/moe */
+    dt_tensor *lm_head;                      /* [V,C]; == tok_emb when tied */
+    dt_tensor *branch_tok_emb;               /* [V,C]; == tok_emb when branch_emb = shared; NULL without branch */
+    model_layer *layers;                     /* [n_layer] */
+    float *rope_table;                       /* [block_size, hd/2, 2] cos/sin (rotary position schemes) */
 } model;
 
 /* What a forward pass returns (arena tensors of the step's ag_ctx). */

@@ -18,19 +18,9 @@
 
 typedef enum { ROLE_PRIMARY = 0, ROLE_BRANCH = 1 } block_role;
 
-/* What primary block l leaves for the branch (SPEC §2 names). */
-typedef struct primary_state {
-    dt_tensor *q1;            /* [B,T,H*hd] query before RoPE */
-    dt_tensor *k, *v;         /* [B,T,Hkv*hd] keys after RoPE, values */
-    dt_tensor *z1;            /* [B,T,F] MLP hidden activation (dense layers) */
-    dt_tensor *m1;            /* [B,T,C] FFN output */
-    dt_tensor *router_logits; /* [B*T,E] moe: the primary router's logits (replay picks from them) */
-} primary_state;
-
-/* LayerNorm (nanogpt) or RMSNorm over the last dim: x [B,T,C], weight/bias [C]. */
-static dt_tensor *norm_forward(ag_ctx *ctx, const model_config *c, dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
-    if (c->family == FAMILY_NANOGPT) return ag_layernorm(ctx, x, weight, bias, (float)c->norm_eps);
-    return ag_rmsnorm(ctx, x, weight, (float)c->norm_eps);
+/* The model's norm kind over the last dim: x [B,T,C], weight/bias [C]. */
+static dt_tensor *norm_forward(ag_ctx *ctx, const model *m, dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
+    return m->arch.norm->forward(ctx, x, weight, bias, m->arch.norm_eps);
 }
 
 /* How the branch reads the primary's intermediates (q1, z1, m1, K, V): with
@@ -39,116 +29,81 @@ static dt_tensor *from_primary(ag_ctx *ctx, const model_config *c, dt_tensor *t)
     return c->detach_primary ? ag_detach(ctx, t) : t;
 }
 
-/* The FFN of a dense layer: m = down(z) with z = act(x) (+ couple_hidden ⊙ z1
- * on the branch). x [B,T,C] normed input -> m [B,T,C]; or, given the
- * residual stream [B,T,C], residual + m in one op (the same numbers, without
- * keeping m: for when nothing reads m1), on the branch with + couple_out ⊙ m1. */
-static dt_tensor *dense_ffn_forward(ag_ctx *ctx, const model *m, const model_layer *layer,
-                                    const model_block_weights *w, block_role role, dt_tensor *x,
-                                    primary_state *state, dt_tensor *residual) {
+/* The FFN of layer l through its kind (models/ffn.h): x [B,T,C] normed input
+ * -> m [B,T,C]; or, given the residual stream, residual + m in fused ops when
+ * the kind has them and nothing reads m1. */
+static dt_tensor *ffn_forward(ag_ctx *ctx, const model *m, int64_t l, block_role role, dt_tensor *x,
+                              model_primary_state *state, model_ffn_balance *balance, dt_tensor *residual) {
     const model_config *c = &m->config;
-    dt_tensor *hidden, *down, *down_bias; // hidden [B,T,F]
-    if (c->family == FAMILY_NANOGPT && residual && !layer->couple_hidden)
-        /* nothing reads z1: one op that recomputes the GELU output in its backward */
-        return ag_mlp_gelu(ctx, residual, x, w->fc, w->fc_bias, w->proj, w->proj_bias);
-    /* the branch's coupling term on the hidden activation, when there is one */
-    dt_tensor *z1 = role == ROLE_BRANCH && layer->couple_hidden ? from_primary(ctx, c, state->z1) : NULL;
-    if (c->family == FAMILY_NANOGPT) {
-        hidden = z1 ? ag_linear_coupled(ctx, NULL, x, w->fc, w->fc_bias, 1, z1, layer->couple_hidden)
-                    : ag_linear_gelu(ctx, x, w->fc, w->fc_bias); /* bias and GELU fused */
-        down = w->proj;
-        down_bias = w->proj_bias;
-    } else {
-        hidden = ag_swiglu(ctx, ag_linear(ctx, x, w->w1, NULL), ag_linear(ctx, x, w->w3, NULL));
-        if (z1) hidden = ag_add_mul_vec(ctx, hidden, z1, layer->couple_hidden);
-        down = w->w2;
-        down_bias = NULL;
+    const model_layer *layer = &m->layers[l];
+    const model_layer_arch *la = &m->arch.layers[l];
+    const int branch = role == ROLE_BRANCH;
+    model_ffn_train call = {
+        .ctx = ctx,
+        .arch = &m->arch,
+        .layer = la,
+        .w = branch ? layer->branch.ffn : layer->primary.ffn,
+        .branch = branch,
+        .x = x,
+        .residual = residual,
+        .keep_hidden = !branch && layer->couple_hidden,
+        .state = state,
+        .balance = balance,
+        .top_k = branch ? m->arch.top_k_branch : m->arch.top_k,
+        .replay = c->branch_routing == ROUTING_REPLAY,
+    };
+    if (branch && layer->couple_hidden) {
+        call.z1 = from_primary(ctx, c, state->z1);
+        call.couple_hidden = layer->couple_hidden;
     }
-    if (role == ROLE_PRIMARY) state->z1 = hidden;
-    if (residual && role == ROLE_BRANCH && layer->couple_out) /* g + m2, m2 = down(z2) + couple_out ⊙ m1 */
-        return ag_linear_coupled(ctx, residual, hidden, down, down_bias, 0, from_primary(ctx, c, state->m1),
-                                 layer->couple_out);
-    if (residual) return ag_linear_residual(ctx, residual, hidden, down, down_bias);
-    return ag_linear(ctx, hidden, down, down_bias);
-}
-
-/* The balance terms of the primary's MoE layers (SPEC §1), as they are made. */
-typedef struct balance_terms {
-    dt_tensor *sum;     /* [1] sum over the layers so far (NULL: none yet) */
-    int64_t count;      /* layers so far */
-    float **fractions;  /* [n_layer] each term's f, as its backward reads it */
-    float *mean_probs;  /* [n_layer, E] */
-} balance_terms;
-
-/* The FFN of a moe layer. x [B,T,C] normed input -> [B,T,C]. The primary adds
- * its balance term to *balance; the branch adds none (SPEC §2). */
-static dt_tensor *moe_ffn_forward(ag_ctx *ctx, const model *m, const model_block_weights *w, block_role role,
-                                  dt_tensor *x, primary_state *state, balance_terms *balance) {
-    const model_config *c = &m->config;
-    if (!x) return NULL;
-    const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], N = B * T;
-    dt_tensor *flat = ag_reshape(ctx, x, DT_SHAPE(N, C));
-    model_moe_result moe;
-    if (role == ROLE_PRIMARY) {
-        if (model_moe_forward(ctx, w, flat, c->top_k, NULL, &moe) != DT_OK) return NULL;
-        state->router_logits = moe.router_logits;
-        /* Switch balance (SPEC §1): f_e from the primary's assignments, a constant. */
-        float *fractions = ag_scratch(ctx, (size_t)c->n_expert * sizeof *fractions);
-        if (!fractions) return NULL;
-        model_moe_fractions(fractions, moe.experts, c->n_expert);
-        const int64_t l = balance->count++;
-        dt_tensor *term = ag_moe_balance_ex(ctx, moe.router_logits, fractions, &balance->fractions[l],
-                                            balance->mean_probs + l * c->n_expert);
-        balance->sum = balance->sum ? ag_add(ctx, balance->sum, term) : term;
-    } else {
-        /* replay: experts from the primary's router logits, gates from the branch's own. */
-        const dt_tensor *select = c->branch_routing == ROUTING_REPLAY ? state->router_logits : NULL;
-        if (model_moe_forward(ctx, w, flat, c->top_k_branch, select, &moe) != DT_OK) return NULL;
+    if (branch && layer->couple_out && residual) {
+        call.m1 = from_primary(ctx, c, state->m1);
+        call.couple_out = layer->couple_out;
     }
-    return ag_reshape(ctx, moe.out, DT_SHAPE(B, T, C));
+    return la->ffn->forward(&call);
 }
 
 /* Block l on the stream x [B,T,C] -> [B,T,C], as the primary (fills *state)
  * or as the branch (reads *state). */
 static dt_tensor *block_forward(ag_ctx *ctx, const model *m, int64_t l, block_role role, dt_tensor *x,
-                                primary_state *state, balance_terms *balance) {
+                                model_primary_state *state, model_ffn_balance *balance) {
     const model_config *c = &m->config;
     const model_layer *layer = &m->layers[l];
+    const model_layer_arch *la = &m->arch.layers[l];
     const model_block_weights *w = role == ROLE_PRIMARY ? &layer->primary : &layer->branch;
-    const int rotary = c->family != FAMILY_NANOGPT;
+    const model_position_kind *position = m->arch.position;
 
     /* Attention. */
-    dt_tensor *xn = norm_forward(ctx, c, x, layer->attn_norm, layer->attn_norm_bias); // [B,T,C]
-    dt_tensor *q;                                                                       // [B,T,H*hd]
+    dt_tensor *xn = norm_forward(ctx, m, x, layer->attn_norm, layer->attn_norm_bias); // [B,T,C]
+    dt_tensor *q;                                                                     // [B,T,H*hd]
     if (role == ROLE_BRANCH && layer->couple_q) /* q2 = Norm1(g) Wq^T + bq + couple_q ⊙ q1, one op */
         q = ag_linear_coupled(ctx, NULL, xn, w->wq, w->wq_bias, 0, from_primary(ctx, c, state->q1), layer->couple_q);
     else
         q = ag_linear(ctx, xn, w->wq, w->wq_bias);
-    dt_tensor *k, *v;                                                                   // [B,T,Hkv*hd]
+    dt_tensor *k, *v; // [B,T,Hkv*hd]
     if (role == ROLE_PRIMARY) {
         state->q1 = q;
         k = ag_linear(ctx, xn, w->wk, w->wk_bias);
         v = ag_linear(ctx, xn, w->wv, w->wv_bias);
-        if (rotary) k = ag_rope(ctx, k, c->n_kv_head, c->rope_theta);
+        if (position->rotary) k = position->rotate(ctx, k, la->n_kv_head, m->arch.rope_theta);
         state->k = k;
         state->v = v;
     } else {
         k = from_primary(ctx, c, state->k);
         v = from_primary(ctx, c, state->v);
     }
-    if (rotary) q = ag_rope(ctx, q, c->n_head, c->rope_theta);
-    dt_tensor *y = ag_attention(ctx, q, k, v, c->n_head, c->n_kv_head); // [B,T,H*hd]
-    x = ag_linear_residual(ctx, x, y, w->wo, w->wo_bias);                  /* x + (y Wo^T + bo) */
+    if (position->rotary) q = position->rotate(ctx, q, la->n_head, m->arch.rope_theta);
+    dt_tensor *y = ag_attention(ctx, q, k, v, la->n_head, la->n_kv_head); // [B,T,H*hd]
+    x = ag_linear_residual(ctx, x, y, w->wo, w->wo_bias);                 /* x + (y Wo^T + bo) */
 
     /* FFN. */
-    dt_tensor *xn2 = norm_forward(ctx, c, x, layer->ffn_norm, layer->ffn_norm_bias); // [B,T,C]
-    /* The primary keeps m1 when the branch reads it (couple_out); otherwise
-     * the down projection goes straight onto the residual stream, the
-     * branch's with its coupling term. */
-    if (c->family != FAMILY_MOE && !(role == ROLE_PRIMARY && layer->couple_out))
-        return dense_ffn_forward(ctx, m, layer, w, role, xn2, state, x);
-    dt_tensor *ffn_out = c->family == FAMILY_MOE ? moe_ffn_forward(ctx, m, w, role, xn2, state, balance)
-                                                 : dense_ffn_forward(ctx, m, layer, w, role, xn2, state, NULL);
+    dt_tensor *xn2 = norm_forward(ctx, m, x, layer->ffn_norm, layer->ffn_norm_bias); // [B,T,C]
+    /* The primary keeps m1 when the branch reads it (couple_out); otherwise a
+     * kind that can puts its down projection straight onto the residual
+     * stream, the branch's with its coupling term. */
+    if (la->ffn->fuses_residual && !(role == ROLE_PRIMARY && layer->couple_out))
+        return ffn_forward(ctx, m, l, role, xn2, state, balance, x);
+    dt_tensor *ffn_out = ffn_forward(ctx, m, l, role, xn2, state, balance, NULL);
     if (role == ROLE_PRIMARY)
         state->m1 = ffn_out;
     else if (layer->couple_out)
@@ -158,7 +113,7 @@ static dt_tensor *block_forward(ag_ctx *ctx, const model *m, int64_t l, block_ro
 
 /* Final norm and the head: stream [B,T,C] -> logits [B,T,V]. */
 static dt_tensor *head_forward(ag_ctx *ctx, const model *m, dt_tensor *x) {
-    dt_tensor *xn = norm_forward(ctx, &m->config, x, m->final_norm, m->final_norm_bias);
+    dt_tensor *xn = norm_forward(ctx, m, x, m->final_norm, m->final_norm_bias);
     return ag_linear(ctx, xn, m->lm_head, NULL);
 }
 
@@ -194,7 +149,8 @@ static dt_tensor *alpha_forward(ag_ctx *ctx, const model_config *c, const dt_ten
     for (int64_t r = 0; r < rows; r++) {
         const float *row = dt_f32(logits) + r * V;
         double max = row[0], sum = 0.0, sum_sq = 0.0;
-        for (int64_t v = 1; v < V; v++) max = fmax(max, row[v]);
+        for (int64_t v = 1; v < V; v++)
+            max = fmax(max, row[v]);
         for (int64_t v = 0; v < V; v++) {
             double e = exp(row[v] - max);
             sum += e;
@@ -207,7 +163,7 @@ static dt_tensor *alpha_forward(ag_ctx *ctx, const model_config *c, const dt_ten
 }
 
 /* Losses of SPEC §2 from the two logits tensors (logits_branch NULL without a branch). */
-static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets, const balance_terms *balance,
+static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets, const model_ffn_balance *balance,
                                  model_outputs *out) {
     const model_config *c = &m->config;
     dt_tensor *objective;
@@ -270,24 +226,26 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
     const int has_branch = c->branch == BRANCH_DECODE;
 
     dt_tensor *positions = NULL; // int32 [B,T]: t at every (b, t)
-    if (c->family == FAMILY_NANOGPT) {
+    if (m->arch.position->learned_table) {
         positions = ag_tensor(ctx, DT_I32, DT_SHAPE(B, T));
         if (!positions) return DT_ERR;
-        for (int64_t i = 0; i < B * T; i++) dt_i32(positions)[i] = (int32_t)(i % T);
+        for (int64_t i = 0; i < B * T; i++)
+            dt_i32(positions)[i] = (int32_t)(i % T);
     }
-    primary_state *states = ag_scratch(ctx, (size_t)c->n_layer * sizeof *states);
+    model_primary_state *states = ag_scratch(ctx, (size_t)c->n_layer * sizeof *states);
     if (!states) return DT_ERR;
     memset(states, 0, (size_t)c->n_layer * sizeof *states);
 
     /* Primary path (SPEC §1). */
-    balance_terms balance = {0};
-    if (c->family == FAMILY_MOE) {
+    model_ffn_balance balance = {0};
+    if (m->arch.n_expert > 0) {
         balance.fractions = ag_scratch(ctx, (size_t)c->n_layer * sizeof *balance.fractions);
         balance.mean_probs = ag_scratch(ctx, (size_t)(c->n_layer * c->n_expert) * sizeof *balance.mean_probs);
         if (!balance.fractions || !balance.mean_probs) return DT_ERR;
     }
     dt_tensor *h = embed_forward(ctx, m, m->tok_emb, tokens, positions);
-    for (int64_t l = 0; l < c->n_layer; l++) h = block_forward(ctx, m, l, ROLE_PRIMARY, h, &states[l], &balance);
+    for (int64_t l = 0; l < c->n_layer; l++)
+        h = block_forward(ctx, m, l, ROLE_PRIMARY, h, &states[l], &balance);
     out->logits_primary = head_forward(ctx, m, h);
     if (!out->logits_primary) return DT_ERR;
 
@@ -295,7 +253,8 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
     if (has_branch) {
         dt_tensor *table = m->branch_tok_emb ? m->branch_tok_emb : m->tok_emb;
         dt_tensor *g = embed_forward(ctx, m, table, tokens, positions);
-        for (int64_t l = 0; l < c->n_layer; l++) g = block_forward(ctx, m, l, ROLE_BRANCH, g, &states[l], NULL);
+        for (int64_t l = 0; l < c->n_layer; l++)
+            g = block_forward(ctx, m, l, ROLE_BRANCH, g, &states[l], NULL);
         out->logits_branch = head_forward(ctx, m, g);
         if (!out->logits_branch) return DT_ERR;
     }

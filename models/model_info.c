@@ -6,42 +6,63 @@
 
 #include <string.h>
 
+#include "models/arch.h"
+#include "models/ffn.h"
+#include "models/norm_kinds.h"
+#include "models/position_kinds.h"
+
 /* One layer's tensors, in floats, split by what a decode step does with them. */
 typedef struct {
-    int64_t norms;        /* attn_norm, ffn_norm (+ biases for nanogpt) */
-    int64_t q, kv, o;     /* wq; wk + wv; wo (weights only) */
+    int64_t norms;    /* attn_norm, ffn_norm (+ biases) */
+    int64_t q, kv, o; /* wq; wk + wv; wo (weights only) */
     int64_t q_bias, kv_bias, o_bias;
-    int64_t ffn_dense;    /* dense FFN matrices + biases (0 for moe) */
-    int64_t ffn_dense_matmul; /* dense FFN matrices only */
-    int64_t router;       /* moe router */
-    int64_t expert;       /* one expert: w1 + w3 + w2 */
-    int64_t couple;       /* couple_q + couple_hidden + couple_out (0 without coupling) */
+    model_ffn_cost ffn; /* the FFN kind's own figures */
+    int64_t couple;     /* couple_q + couple_hidden + couple_out (0 without coupling) */
 } layer_sizes;
 
-static layer_sizes sizes_of(const model_config *c) {
+static layer_sizes sizes_of(const model_arch *a, const model_layer_arch *la) {
     layer_sizes s;
     memset(&s, 0, sizeof s);
-    const int64_t C = c->d_model, hd = model_head_dim(c), q_width = c->n_head * hd, kv_width = c->n_kv_head * hd;
-    const int gpt = c->family == FAMILY_NANOGPT;
-    s.norms = gpt ? 4 * C : 2 * C;
+    const int64_t C = a->C, q_width = la->q_width, kv_width = la->kv_width;
+    s.norms = (a->norm->has_bias ? 2 : 1) * 2 * C;
     s.q = q_width * C;
     s.kv = 2 * kv_width * C;
     s.o = C * q_width;
-    if (gpt) {
+    if (a->linear_bias) {
         s.q_bias = q_width;
         s.kv_bias = 2 * kv_width;
         s.o_bias = C;
-        s.ffn_dense_matmul = 2 * c->d_ff * C; /* fc [4C,C], proj [C,4C] */
-        s.ffn_dense = s.ffn_dense_matmul + c->d_ff + C;
-    } else if (c->family == FAMILY_LLAMA) {
-        s.ffn_dense_matmul = 3 * c->d_ff * C; /* w1, w3 [F,C], w2 [C,F] */
-        s.ffn_dense = s.ffn_dense_matmul;
-    } else {
-        s.router = c->n_expert * C;
-        s.expert = 3 * c->d_ff * C;
     }
-    if (c->branch == BRANCH_DECODE && c->couple) s.couple = q_width + (c->family == FAMILY_MOE ? 0 : c->d_ff) + C;
+    la->ffn->cost(a, la, &s.ffn);
+    s.couple = (la->couple_q ? q_width : 0) + (la->couple_hidden ? la->d_ff : 0) + (la->couple_out ? C : 0);
     return s;
+}
+
+/* FFN floats a row reads (or multiplies through) with k experts: dense kinds ignore k. */
+static int64_t ffn_read(const model_ffn_cost *f, int64_t k) {
+    return f->dense_matmul + f->dense_vectors + f->router + k * f->expert;
+}
+static int64_t ffn_matmul(const model_ffn_cost *f, int64_t k) { return f->dense_matmul + f->router + k * f->expert; }
+
+/* Floats per token one block's backward needs from its forward: norm outputs
+ * and statistics, q/k/v, the attention output and its log-sum-exp, the
+ * residual stream, the FFN's activations, the projections. `branch` counts the
+ * branch trajectory's block (no K/V; coupled q, hidden and output instead). */
+static double block_activation_floats(const model_arch *a, const model_layer_arch *la, const layer_sizes *s,
+                                      int branch) {
+    const double C = (double)a->C, H = (double)la->n_head, q = (double)la->q_width, kv = (double)la->kv_width;
+    const int rotary = a->position->rotary;
+    const double norm_stats = (double)a->norm->stats_rows;
+    /* attention: norm out + stats, q (+ rotated q), k, v (+ rotated k), output + lse, projection, residual */
+    double attention = C + norm_stats + q * (rotary ? 2.0 : 1.0) + q + H + C + C;
+    if (!branch)
+        attention += 2.0 * kv + (rotary ? kv : 0.0);
+    else if (la->couple_q)
+        attention += q; /* q2 before the coupling term */
+    const double k = (double)(branch ? a->top_k_branch : a->top_k);
+    double ffn = (double)s->ffn.activation_floats + k * (double)s->ffn.activation_floats_per_expert;
+    if (branch) ffn += (la->couple_hidden ? (double)la->d_ff : 0.0) + (la->couple_out ? C : 0.0);
+    return attention + C + norm_stats + ffn + C; /* + ffn norm out + stats, + residual */
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -54,81 +75,114 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     if (context <= 0) context = c.block_size;
     if (context > c.block_size)
         return dt_errorf("context %lld exceeds block_size = %lld", (long long)context, (long long)c.block_size);
+    model_arch arch;
+    if (model_arch_build(&arch, &c) != DT_OK) return DT_ERR;
+    const model_arch *a = &arch;
     info->config = c;
     info->context = context;
 
-    const layer_sizes s = sizes_of(&c);
-    const int64_t C = c.d_model, V = c.vocab_size, L = c.n_layer, hd = model_head_dim(&c);
-    const int64_t q_width = c.n_head * hd, kv_width = c.n_kv_head * hd;
-    const int gpt = c.family == FAMILY_NANOGPT, moe = c.family == FAMILY_MOE;
-    const int branch = c.branch == BRANCH_DECODE, own_copies = branch && !c.share;
-    const int64_t E = c.n_expert, k = c.top_k, kb = c.top_k_branch;
-
-    /* ---- parameter counts ---- */
-    const int64_t ffn_all = moe ? s.router + E * s.expert : s.ffn_dense;
-    info->layer_params_primary = s.norms + s.q + s.kv + s.o + s.q_bias + s.kv_bias + s.o_bias + ffn_all;
-    const int64_t final_norm = gpt ? 2 * C : C;
+    const int64_t C = a->C, V = a->V, L = a->L;
+    const int branch = a->has_branch, own_copies = a->branch_own_weights;
+    const int64_t E = a->n_expert, k = a->top_k, kb = a->top_k_branch;
+    const int64_t final_norm = a->norm->has_bias ? 2 * C : C;
     const int64_t head = V * C;
-    info->other_params_primary = V * C + (gpt ? c.block_size * C : 0) + final_norm + (c.tie_embeddings ? 0 : head);
-    /* share = off: own wq, wo (+ biases) and all FFN weights (SPEC §2). */
-    const int64_t copies = own_copies ? s.q + s.o + s.q_bias + s.o_bias + ffn_all : 0;
-    info->layer_params_branch = s.couple + copies;
-    info->other_params_branch = branch && c.branch_emb == BRANCH_EMB_OWN ? V * C : 0;
-    info->params_primary = L * info->layer_params_primary + info->other_params_primary;
-    info->params_branch = L * info->layer_params_branch + info->other_params_branch;
-    info->params_total = info->params_primary + info->params_branch;
+    const int64_t emb_rows = a->position->learned_table ? 2 * C : C; /* tok_emb row (+ pos_emb row) */
 
-    /* ---- FLOPs ---- */
-    const int64_t ffn_matmul_primary = moe ? s.router + k * s.expert : s.ffn_dense_matmul;
-    const int64_t ffn_matmul_branch = moe ? s.router + kb * s.expert : s.ffn_dense_matmul;
-    info->matmul_params_primary = L * (s.q + s.kv + s.o + ffn_matmul_primary) + head;
-    /* The branch computes no K/V; replay still needs the branch's router logits for its gates. */
-    info->matmul_params_branch = branch ? L * (s.q + s.o + ffn_matmul_branch) + head : 0;
-    const double attention_per_key = 4.0 * (double)q_width; /* q.k and p.v: 2 FLOPs each per head dim */
+    info->other_params_primary =
+        V * C + (a->position->learned_table ? a->T_max * C : 0) + final_norm + (a->tie_embeddings ? 0 : head);
+    info->other_params_branch = a->branch_own_emb ? V * C : 0;
+    info->params_primary = info->other_params_primary;
+    info->params_branch = info->other_params_branch;
+    info->matmul_params_primary = head;
+    info->matmul_params_branch = branch ? head : 0;
+    int64_t floats_baseline = emb_rows + final_norm + head;
+    int64_t floats_grouped = floats_baseline, floats_ungrouped = floats_baseline;
+    double attention_keys_flops = 0.0; /* sum over layers of 4 H*hd: q.k and p.v per key */
+    double kv_floats_per_position = 0.0;
+    if (branch) { /* the branch embedding is another row; un-grouped re-reads norms and head */
+        floats_grouped += C;
+        floats_ungrouped += emb_rows + final_norm + head;
+    }
+    info->experts_baseline = E ? k : 0;
+    /* training: embeddings, final norm and logits per token; the untied head's parameters */
+    info->train_flop_params = (double)(V * C + final_norm + (a->tie_embeddings ? 0 : head));
+    info->train_flop_params_branch = branch ? (double)head + (c.share ? (double)final_norm : 0.0) : 0.0;
+    const double head_activations = (double)(C + C + a->norm->stats_rows + V);
+    info->activation_floats = head_activations;
+    info->activation_floats_branch = branch ? head_activations : 0.0;
+    info->experts_grouped = info->experts_ungrouped = info->experts_baseline;
+
+    for (int64_t l = 0; l < L; l++) {
+        const model_layer_arch *la = &a->layers[l];
+        const layer_sizes s = sizes_of(a, la);
+        const int64_t attention = s.q + s.kv + s.o + s.q_bias + s.kv_bias + s.o_bias;
+        const int64_t layer_primary = s.norms + attention + s.ffn.params;
+        /* share = off: own wq, wo (+ biases) and all FFN weights (SPEC §2). */
+        const int64_t copies = own_copies ? s.q + s.o + s.q_bias + s.o_bias + s.ffn.params : 0;
+        info->params_primary += layer_primary;
+        info->params_branch += s.couple + copies;
+        if (l == 0) {
+            info->layer_params_primary = layer_primary;
+            info->layer_params_branch = s.couple + copies;
+        }
+
+        /* FLOPs: the branch computes no K/V; replay still needs the branch's router logits for its gates. */
+        info->matmul_params_primary += s.q + s.kv + s.o + ffn_matmul(&s.ffn, k);
+        if (branch) info->matmul_params_branch += s.q + s.o + ffn_matmul(&s.ffn, kb);
+        attention_keys_flops += 4.0 * (double)la->q_width;
+
+        /* Training FLOPs and activations (bench train). */
+        const int64_t ffn_train = s.ffn.params - (E ? (E - k) * s.ffn.expert : 0);
+        const int64_t ffn_train_branch = s.ffn.params - (E ? (E - kb) * s.ffn.expert : 0);
+        const int64_t attention_branch = s.q + s.q_bias + s.o + s.o_bias; /* no wk, wv */
+        info->train_flop_params += (double)(s.norms + attention + ffn_train);
+        if (branch)
+            info->train_flop_params_branch +=
+                (double)(s.couple + (c.share ? s.norms + attention_branch + ffn_train_branch : 0) +
+                         (own_copies ? attention_branch + ffn_train_branch : 0));
+        info->activation_floats += block_activation_floats(a, la, &s, 0);
+        if (branch) info->activation_floats_branch += block_activation_floats(a, la, &s, 1);
+        kv_floats_per_position += 2.0 * (double)la->kv_width;
+
+        /* Weight bytes per decode step. */
+        const int64_t layer_read = s.norms + attention + ffn_read(&s.ffn, k);
+        floats_baseline += layer_read;
+        floats_grouped += layer_read;
+        floats_ungrouped += layer_read;
+        if (branch) {
+            const int64_t ffn_read_branch = ffn_read(&s.ffn, kb);
+            if (own_copies) {
+                /* Different tensors: nothing to share except the norms, head and K/V. */
+                floats_grouped += s.q + s.o + s.q_bias + s.o_bias + ffn_read_branch + s.couple;
+                if (E) info->experts_grouped = k + kb;
+            } else {
+                int64_t union_experts = c.branch_routing == ROUTING_REPLAY ? max64(k, kb) : min64(E, k + kb);
+                floats_grouped += (E ? union_experts - k : 0) * s.ffn.expert + s.couple;
+                if (E) info->experts_grouped = union_experts;
+            }
+            /* Un-grouped: the branch pass reads everything it uses again. */
+            floats_ungrouped += s.norms + s.q + s.o + s.q_bias + s.o_bias + ffn_read_branch + s.couple;
+            if (E) info->experts_ungrouped = k + kb;
+        }
+    }
+    info->params_total = info->params_primary + info->params_branch;
+    info->attention_flops_per_key = attention_keys_flops;
     info->prefill_flops_per_token =
-        2.0 * (double)info->matmul_params_primary + (double)L * attention_per_key * (double)c.block_size;
-    info->decode_flops_baseline =
-        2.0 * (double)info->matmul_params_primary + (double)L * attention_per_key * (double)context;
+        2.0 * (double)info->matmul_params_primary + attention_keys_flops * (double)c.block_size;
+    info->decode_flops_baseline = 2.0 * (double)info->matmul_params_primary + attention_keys_flops * (double)context;
     info->decode_flops_branch =
         info->decode_flops_baseline +
-        (branch ? 2.0 * (double)info->matmul_params_branch + (double)L * attention_per_key * (double)context : 0.0);
+        (branch ? 2.0 * (double)info->matmul_params_branch + attention_keys_flops * (double)context : 0.0);
 
-    /* ---- weight bytes per decode step ---- */
-    const int64_t emb_rows = gpt ? 2 * C : C; /* tok_emb row (+ pos_emb row) */
-    info->experts_baseline = moe ? k : 0;
-    const int64_t ffn_read_baseline = moe ? s.router + k * s.expert : s.ffn_dense;
-    const int64_t layer_read_baseline =
-        s.norms + s.q + s.kv + s.o + s.q_bias + s.kv_bias + s.o_bias + ffn_read_baseline;
-    const int64_t floats_baseline = L * layer_read_baseline + emb_rows + final_norm + head;
-    int64_t floats_grouped = floats_baseline, floats_ungrouped = floats_baseline;
-    info->experts_grouped = info->experts_ungrouped = info->experts_baseline;
-    if (branch) {
-        const int64_t ffn_read_branch = moe ? s.router + kb * s.expert : s.ffn_dense;
-        /* The branch embedding is another row (of branch.tok_emb, or of tok_emb when shared);
-         * the pos_emb row at position t is the primary's row. */
-        const int64_t branch_row = C;
-        if (own_copies) {
-            /* Different tensors: nothing to share except the norms, head and K/V. */
-            floats_grouped += L * (s.q + s.o + s.q_bias + s.o_bias + ffn_read_branch + s.couple) + branch_row;
-            info->experts_grouped = moe ? k + kb : 0;
-        } else {
-            int64_t union_experts = c.branch_routing == ROUTING_REPLAY ? max64(k, kb) : min64(E, k + kb);
-            int64_t extra_experts = moe ? union_experts - k : 0;
-            floats_grouped += L * (extra_experts * s.expert + s.couple) + branch_row;
-            info->experts_grouped = moe ? union_experts : 0;
-        }
-        /* Un-grouped: the branch pass reads everything it uses again. */
-        const int64_t layer_read_branch = s.norms + s.q + s.o + s.q_bias + s.o_bias + ffn_read_branch + s.couple;
-        floats_ungrouped += L * layer_read_branch + emb_rows + final_norm + head;
-        info->experts_ungrouped = moe ? k + kb : 0;
-    }
     info->weight_bytes_baseline = 4.0 * (double)floats_baseline;
     info->weight_bytes_grouped = 4.0 * (double)floats_grouped;
     info->weight_bytes_ungrouped = 4.0 * (double)floats_ungrouped;
 
-    /* ---- KV cache bytes per decode step ---- */
-    info->kv_bytes_baseline = 4.0 * (double)L * 2.0 * (double)context * (double)kv_width;
+    /* KV cache bytes per decode step: every layer's K and V rows up to `context`.
+     * Grouped: both queries in one pass over the cache; un-grouped: twice. */
+    info->kv_bytes_baseline = 4.0 * kv_floats_per_position * (double)context;
     info->kv_bytes_grouped = info->kv_bytes_baseline;
     info->kv_bytes_ungrouped = branch ? 2.0 * info->kv_bytes_baseline : info->kv_bytes_baseline;
+    model_arch_free(&arch);
     return DT_OK;
 }

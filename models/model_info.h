@@ -17,8 +17,8 @@ typedef struct model_info {
     int64_t context;     /* KV positions each decode query reads */
 
     /* Parameter counts (floats), as model_create would allocate them. */
-    int64_t params_primary;       /* everything the baseline model has */
-    int64_t params_branch;        /* branch-only: branch.tok_emb, coupling vectors, share = off copies */
+    int64_t params_primary; /* everything the baseline model has */
+    int64_t params_branch;  /* branch-only: branch.tok_emb, coupling vectors, share = off copies */
     int64_t params_total;
     int64_t layer_params_primary; /* one layer (all layers are alike) */
     int64_t layer_params_branch;  /* one layer: coupling vectors + share = off copies */
@@ -35,8 +35,8 @@ typedef struct model_info {
      * 2 * matmul_params_primary + n_layer * 4 * T * H*hd (q.k and p.v over T keys). */
     double prefill_flops_per_token;
     /* One decode step at `context`: attention reads `context` keys. */
-    double decode_flops_baseline;   /* 2 * matmul_params_primary + n_layer * 4 * context * H*hd */
-    double decode_flops_branch;     /* baseline + 2 * matmul_params_branch + n_layer * 4 * context * H*hd */
+    double decode_flops_baseline; /* 2 * matmul_params_primary + n_layer * 4 * context * H*hd */
+    double decode_flops_branch;   /* baseline + 2 * matmul_params_branch + n_layer * 4 * context * H*hd */
 
     /* Bytes of weights read per decode step (float32): every tensor the step
      * touches once, vectors included; an embedding contributes one row. */
@@ -49,6 +49,17 @@ typedef struct model_info {
      * top_k_branch). With own routing the union depends on the tokens:
      * min(n_expert, top_k + top_k_branch) is its upper bound, used here. */
     int64_t experts_baseline, experts_grouped, experts_ungrouped;
+
+    /* Training (bench train's convention, PaLM / nanoGPT): FLOPs per token
+     * 6 N + 3 * attention_flops_per_key * T, with N every primary parameter
+     * but pos_emb (experts at top_k / E); the branch adds 6 N_branch (the
+     * shared tensors it applies, not wk/wv nor embeddings, its own tensors,
+     * and the head) and its own attention term. */
+    double train_flop_params, train_flop_params_branch;
+    double attention_flops_per_key; /* sum over layers of 4 H*hd: q.k and p.v per key, per token */
+    /* Floats per token a training backward needs from the forward, as an
+     * efficient trainer (llm.c) keeps them (bench train's memory estimate). */
+    double activation_floats, activation_floats_branch;
 
     /* KV-cache bytes read per decode step: n_layer * 2 * context * Hkv*hd * 4.
      * Grouped: both queries in one pass over the cache; un-grouped: twice. */

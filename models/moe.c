@@ -134,7 +134,7 @@ void model_moe_fractions(float *fractions, const dt_tensor *experts, int64_t n_e
     for (int64_t e = 0; e < n_expert; e++) fractions[e] /= (float)experts->size;
 }
 
-dt_status model_moe_forward(ag_ctx *ctx, const model_block_weights *weights, dt_tensor *x, int64_t k,
+dt_status model_moe_forward(ag_ctx *ctx, const model_moe_weights *weights, dt_tensor *x, int64_t k,
                             const dt_tensor *select_logits, model_moe_result *result) {
     memset(result, 0, sizeof *result);
     if (!x) return DT_ERR;

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "autograd/tape.h"
-#include "models/model.h"
+#include "core/tensor.h"
 
 typedef struct model_moe_result {
     dt_tensor *out;           /* [N,C] sum over chosen experts of gate * SwiGLU_e(x) */
@@ -20,11 +20,17 @@ typedef struct model_moe_result {
     dt_tensor *experts;       /* int32 [N,k] chosen experts, descending by selection logit */
 } model_moe_result;
 
+/* The tensors of one MoE layer (the "moe" FFN kind's slots, models/ffn_moe.c). */
+typedef struct model_moe_weights {
+    dt_tensor *router;       /* [E,C] */
+    dt_tensor *w1, *w3, *w2; /* [E,F,C] [E,F,C] [E,C,F] */
+} model_moe_weights;
+
 /* x [N,C] (the normed FFN input); weights->router [E,C], w1/w3 [E,F,C], w2 [E,C,F].
  * select_logits [N,E] or NULL: whose top-k picks the experts (NULL: this
  * path's own router logits); gates are always the softmax of this path's
  * router logits over the chosen k. Returns DT_ERR with a message on failure. */
-dt_status model_moe_forward(ag_ctx *ctx, const model_block_weights *weights, dt_tensor *x, int64_t k,
+dt_status model_moe_forward(ag_ctx *ctx, const model_moe_weights *weights, dt_tensor *x, int64_t k,
                             const dt_tensor *select_logits, model_moe_result *result);
 
 /* Fractions f_e = counts_e / (N*k) of the (token, slot) assignments in

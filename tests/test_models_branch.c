@@ -562,7 +562,7 @@ Test(branch, rejects_bad_inputs) {
 static double swiglu_double(double a, double b) { return a / (1.0 + exp(-a)) * b; }
 
 /* Expert e's SwiGLU of row x [C] into y [C], double. */
-static void expert_double(double *y, const float *x, const model_block_weights *w, int64_t e, int64_t C, int64_t F) {
+static void expert_double(double *y, const float *x, const model_moe_weights *w, int64_t e, int64_t C, int64_t F) {
     const float *w1 = dt_f32(w->w1) + e * F * C, *w3 = dt_f32(w->w3) + e * F * C, *w2 = dt_f32(w->w2) + e * C * F;
     double hidden[64];
     for (int64_t f = 0; f < F; f++) {
@@ -583,7 +583,7 @@ Test(moe, ffn_matches_naive_double) {
     enum { N = 13, C = 8, F = 6, E = 4 };
     dt_rng rng;
     dt_rng_seed(&rng, 5);
-    model_block_weights w;
+    model_moe_weights w;
     memset(&w, 0, sizeof w);
     w.router = dt_tensor_new(DT_F32, DT_SHAPE(E, C));
     w.w1 = dt_tensor_new(DT_F32, DT_SHAPE(E, F, C));

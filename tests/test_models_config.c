@@ -522,15 +522,14 @@ Test(params, pointers_follow_switches) {
         snprintf(name, sizeof name, "layers.%lld.attn.wq.weight", (long long)l);
         cr_assert_eq(layer->primary.wq, model_find_param(&m, name)->tensor);
         snprintf(name, sizeof name, "layers.%lld.mlp.proj.bias", (long long)l);
-        cr_assert_eq(layer->primary.proj_bias, model_find_param(&m, name)->tensor);
+        cr_assert_eq(layer->primary.ffn[3], model_find_param(&m, name)->tensor, "gelu_mlp slot 3 is proj.bias");
         snprintf(name, sizeof name, "layers.%lld.ffn_norm.bias", (long long)l);
         cr_assert_eq(layer->ffn_norm_bias, model_find_param(&m, name)->tensor);
         cr_assert_eq(memcmp(&layer->branch, &layer->primary, sizeof layer->branch), 0, "share = on: same pointers");
         cr_assert_not_null(layer->couple_q);
         cr_assert_not_null(layer->couple_hidden);
         cr_assert_not_null(layer->couple_out);
-        cr_assert_null(layer->primary.w1);
-        cr_assert_null(layer->primary.router);
+        cr_assert_null(layer->primary.ffn[4], "gelu_mlp declares 4 tensors");
     }
     cr_assert_eq(m.final_norm_bias, model_find_param(&m, "final_norm.bias")->tensor);
     model_free(&m);
@@ -548,15 +547,15 @@ Test(params, pointers_follow_switches) {
         cr_assert_null(layer->couple_hidden);
         cr_assert_null(layer->couple_out);
         snprintf(name, sizeof name, "branch.layers.%lld.moe.router.weight", (long long)l);
-        cr_assert_eq(layer->branch.router, model_find_param(&m, name)->tensor);
+        cr_assert_eq(layer->branch.ffn[0], model_find_param(&m, name)->tensor, "moe slot 0 is the router");
         snprintf(name, sizeof name, "branch.layers.%lld.attn.wq.weight", (long long)l);
         cr_assert_eq(layer->branch.wq, model_find_param(&m, name)->tensor);
         snprintf(name, sizeof name, "branch.layers.%lld.moe.w2.weight", (long long)l);
-        cr_assert_eq(layer->branch.w2, model_find_param(&m, name)->tensor);
+        cr_assert_eq(layer->branch.ffn[3], model_find_param(&m, name)->tensor, "moe slot 3 is w2");
         cr_assert_neq(layer->branch.wq, layer->primary.wq);
-        cr_assert_neq(layer->branch.w1, layer->primary.w1);
+        cr_assert_neq(layer->branch.ffn[1], layer->primary.ffn[1]);
         cr_assert_null(layer->primary.wq_bias);
-        cr_assert_null(layer->primary.fc);
+        cr_assert_null(layer->primary.ffn[4], "moe declares 4 tensors");
     }
     model_free(&m);
 
@@ -564,7 +563,7 @@ Test(params, pointers_follow_switches) {
     cr_assert_eq(model_create(&m, &c), DT_OK);
     for (int64_t l = 0; l < 2; l++) {
         cr_assert_eq(m.layers[l].couple_hidden->shape[0], 24, "couple_hidden is [d_ff]");
-        cr_assert_null(m.layers[l].primary.fc);
+        cr_assert_null(m.layers[l].primary.ffn[3], "swiglu declares 3 tensors");
     }
     model_free(&m);
 
@@ -655,26 +654,26 @@ Test(init, statistics_follow_spec) {
     const double residual = 0.02 / sqrt(2.0 * 8);
     for (int64_t l = 0; l < 8; l++) {
         model_layer *layer = &m.layers[l];
-        moments(layer->primary.fc, &mean, &std);
+        moments(layer->primary.ffn[0], &mean, &std);
         cr_assert(fabs(std - 0.02) < 6e-4, "fc std %g", std);
         moments(layer->primary.wq, &mean, &std);
         cr_assert(fabs(std - 0.02) < 1e-3, "wq std %g", std);
-        moments(layer->primary.proj, &mean, &std);
+        moments(layer->primary.ffn[2], &mean, &std);
         cr_assert(fabs(std - residual) < 0.03 * residual, "mlp.proj std %g, expected %g", std, residual);
         moments(layer->primary.wo, &mean, &std);
         cr_assert(fabs(std - residual) < 0.05 * residual, "attn.wo std %g, expected %g", std, residual);
-        moments(layer->branch.proj, &mean, &std);
+        moments(layer->branch.ffn[2], &mean, &std);
         cr_assert(fabs(std - residual) < 0.03 * residual, "branch mlp.proj std %g", std);
-        moments(layer->branch.fc, &mean, &std);
+        moments(layer->branch.ffn[0], &mean, &std);
         cr_assert(fabs(std - 0.02) < 6e-4, "branch fc std %g", std);
-        cr_assert(memcmp(dt_f32(layer->branch.fc), dt_f32(layer->primary.fc), 4 * layer->branch.fc->size),
+        cr_assert(memcmp(dt_f32(layer->branch.ffn[0]), dt_f32(layer->primary.ffn[0]), 4 * layer->branch.ffn[0]->size),
                   "share = off copies are independent draws");
         cr_assert(all_equal(layer->attn_norm, 1.0f) && all_equal(layer->ffn_norm, 1.0f), "norm weights are ones");
         cr_assert(all_equal(layer->attn_norm_bias, 0.0f) && all_equal(layer->ffn_norm_bias, 0.0f));
         cr_assert(all_equal(layer->primary.wq_bias, 0.0f) && all_equal(layer->primary.wk_bias, 0.0f) &&
                   all_equal(layer->primary.wv_bias, 0.0f) && all_equal(layer->primary.wo_bias, 0.0f));
-        cr_assert(all_equal(layer->primary.fc_bias, 0.0f) && all_equal(layer->primary.proj_bias, 0.0f));
-        cr_assert(all_equal(layer->branch.fc_bias, 0.0f) && all_equal(layer->branch.wo_bias, 0.0f));
+        cr_assert(all_equal(layer->primary.ffn[1], 0.0f) && all_equal(layer->primary.ffn[3], 0.0f));
+        cr_assert(all_equal(layer->branch.ffn[1], 0.0f) && all_equal(layer->branch.wo_bias, 0.0f));
         cr_assert(all_equal(layer->couple_q, 0.0f) && all_equal(layer->couple_hidden, 0.0f) &&
                   all_equal(layer->couple_out, 0.0f), "coupling vectors start at zero");
     }
@@ -698,11 +697,11 @@ Test(init, llama_and_moe_residual_projections_scaled_and_seed_reproducible) {
                      "same seed, same %s", a.params[i].name);
     double mean, std;
     const double residual = 0.02 / sqrt(4.0);
-    moments(a.layers[0].primary.w2, &mean, &std); /* [4,64,128]: 32768 draws */
+    moments(a.layers[0].primary.ffn[3], &mean, &std); /* [4,64,128]: 32768 draws */
     cr_assert(fabs(std - residual) < 0.03 * residual, "moe.w2 std %g", std);
-    moments(a.layers[0].primary.w1, &mean, &std);
+    moments(a.layers[0].primary.ffn[1], &mean, &std);
     cr_assert(fabs(std - 0.02) < 6e-4, "moe.w1 std %g", std);
-    moments(a.layers[1].primary.router, &mean, &std);
+    moments(a.layers[1].primary.ffn[0], &mean, &std);
     cr_assert(fabs(std - 0.02) < 2e-3, "router std %g", std);
     moments(a.lm_head, &mean, &std);
     cr_assert(fabs(std - 0.02) < 2e-3, "lm_head std %g", std);

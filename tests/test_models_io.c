@@ -177,14 +177,14 @@ Test(io, reference_files_load) {
     cr_assert_eq(m.tok_emb->shape[1], 16);
     cr_assert_eq(m.pos_emb->shape[0], 12);
     cr_assert_eq(m.pos_emb->shape[1], 16);
-    cr_assert_eq(m.layers[1].primary.fc->shape[0], 64);
-    cr_assert_eq(m.layers[1].primary.fc->shape[1], 16);
+    cr_assert_eq(m.layers[1].primary.ffn[0]->shape[0], 64);
+    cr_assert_eq(m.layers[1].primary.ffn[0]->shape[1], 16);
     cr_assert_eq(m.lm_head, m.tok_emb, "tied");
     /* The values are the file's: compare against an independent float64 read. */
     hid_t file = H5Fopen(reference_path("01_nanogpt_base.h5"), H5F_ACC_RDONLY, H5P_DEFAULT);
     double *expected = malloc(64 * 16 * sizeof *expected);
     cr_assert_eq(h5_read_f64(file, "params/layers.1.mlp.fc.weight", expected, 2, (int64_t[]){64, 16}), DT_OK);
-    for (int i = 0; i < 64 * 16; i++) cr_assert_eq((double)dt_f32(m.layers[1].primary.fc)[i], expected[i]);
+    for (int i = 0; i < 64 * 16; i++) cr_assert_eq((double)dt_f32(m.layers[1].primary.ffn[0])[i], expected[i]);
     free(expected);
     H5Fclose(file);
     model_free(&m);
@@ -206,7 +206,7 @@ Test(io, reference_files_load) {
     cr_assert_eq(model_load(&m, reference_path("06_moe_branch_replay.h5")), DT_OK);
     cr_assert_eq(m.config.top_k, 1);
     cr_assert_eq(m.config.top_k_branch, 2);
-    cr_assert_eq(m.layers[0].primary.w2->ndim, 3);
+    cr_assert_eq(m.layers[0].primary.ffn[3]->ndim, 3);
     cr_assert_null(m.layers[0].couple_hidden);
     model_free(&m);
 }

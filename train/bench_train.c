@@ -33,6 +33,8 @@
  * its libraries, which the report prints separately. */
 #include "train/bench_train.h"
 
+#include "models/model_info.h"
+
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -229,74 +231,25 @@ static dt_status build_config(const bench_options *o, train_config *cfg) {
 
 /* ---- closed-form cost ---------------------------------------------------- */
 
-/* Floats per token that one block's backward needs from its forward, as an
- * efficient trainer (llm.c) keeps them: norm outputs and statistics, q/k/v,
- * the attention output and its log-sum-exp, the residual stream, the MLP's
- * pre-activation and activation, the projections. `branch` counts the branch
- * trajectory's block (no K/V; coupled q, hidden and output instead). */
-static double block_activation_floats(const model_config *c, int branch) {
-    const double C = (double)c->d_model, H = (double)c->n_head, hd = (double)model_head_dim(c);
-    const double kv = (double)c->n_kv_head * hd, q = H * hd, F = (double)c->d_ff;
-    const int rotary = c->family != FAMILY_NANOGPT;
-    const double norm_stats = c->family == FAMILY_NANOGPT ? 2.0 : 1.0;
-    /* attention: norm out + stats, q (+ rotated q), k, v (+ rotated k), output + lse, projection, residual */
-    double attention = C + norm_stats + q * (rotary ? 2.0 : 1.0) + q + H + C + C;
-    if (!branch) attention += 2.0 * kv + (rotary ? kv : 0.0);
-    else if (c->couple) attention += q; /* q2 before the coupling term */
-    double ffn;
-    if (c->family == FAMILY_NANOGPT)
-        ffn = 2.0 * F + C; /* fc output, gelu, proj output */
-    else if (c->family == FAMILY_LLAMA)
-        ffn = 3.0 * F + C; /* w1, w3, swiglu, w2 output */
-    else {
-        const double k = (double)(branch ? c->top_k_branch : c->top_k), E = (double)c->n_expert;
-        ffn = E + k * (3.0 * F + 2.0 * C) + C; /* router, per chosen expert: gathered input, w1, w3, swiglu, output */
-    }
-    if (branch && c->couple) ffn += (c->family == FAMILY_MOE ? 0.0 : F) + C; /* coupled hidden and output */
-    return attention + C + norm_stats + ffn + C; /* + ffn norm out + stats, + residual */
-}
-
+/* The cost model (models/model_info.h) at sequence length T, in bench
+ * train's terms: 6N + 12 L C T FLOPs per token (the attention term is 3 x the
+ * forward's q.k and p.v work over T keys), and the memory a step holds. */
 void bench_train_cost_of(const model *m, int64_t B, int64_t T, bench_train_cost *cost) {
-    const model_config *c = &m->config;
     memset(cost, 0, sizeof *cost);
-    const int has_branch = c->branch == BRANCH_DECODE;
-    const double expert_share = c->family == FAMILY_MOE ? (double)c->top_k / (double)c->n_expert : 1.0;
-    const double expert_share_branch =
-        c->family == FAMILY_MOE ? (double)c->top_k_branch / (double)c->n_expert : 1.0;
-    double flop_params = 0.0, flop_params_branch = 0.0;
-    for (int i = 0; i < m->n_params; i++) {
-        const model_param *p = &m->params[i];
-        const dt_tensor *t = p->tensor;
-        cost->params_total += t->size;
-        if (t == m->pos_emb) continue;
-        const int expert = t->ndim == 3; /* moe.w1/w3/w2 [E, .., ..] */
-        if (p->group == PARAM_PRIMARY) {
-            flop_params += (double)t->size * (expert ? expert_share : 1.0);
-            /* The branch applies every shared matrix except K/V; embeddings are lookups. */
-            if (has_branch && c->share && !p->is_embedding && !strstr(p->name, "attn.wk") &&
-                !strstr(p->name, "attn.wv"))
-                flop_params_branch += (double)t->size * (expert ? expert_share_branch : 1.0);
-        } else if (!p->is_embedding) {
-            flop_params_branch += (double)t->size * (expert ? expert_share_branch : 1.0);
-        }
-    }
-    if (has_branch) flop_params_branch += (double)m->lm_head->size; /* the branch's own head product */
-    cost->params_flop = (int64_t)llround(flop_params);
-    cost->params_flop_branch = (int64_t)llround(flop_params_branch);
-    const double L = (double)c->n_layer, C = (double)c->d_model, V = (double)c->vocab_size;
-    const double attention_flops = 12.0 * L * C * (double)T;
-    cost->flops_per_token = 6.0 * flop_params + attention_flops;
-    if (has_branch) cost->flops_per_token += 6.0 * flop_params_branch + attention_flops;
+    model_info info;
+    if (model_info_compute(&m->config, T, &info) != DT_OK) return; /* a model that exists has a valid config */
+    cost->params_total = info.params_total;
+    cost->params_flop = (int64_t)llround(info.train_flop_params);
+    cost->params_flop_branch = (int64_t)llround(info.train_flop_params_branch);
+    const double attention_flops = 3.0 * info.attention_flops_per_key * (double)T;
+    cost->flops_per_token = 6.0 * info.train_flop_params + attention_flops;
+    if (m->arch.has_branch) cost->flops_per_token += 6.0 * info.train_flop_params_branch + attention_flops;
 
     const double bytes = sizeof(float);
     cost->bytes_params = bytes * (double)cost->params_total;
     cost->bytes_grads = cost->bytes_params;
     cost->bytes_adam = 2.0 * cost->bytes_params;
-    /* Per token: the embedded input, every block, the final norm (out + stats), the logits. */
-    const double norm_stats = c->family == FAMILY_NANOGPT ? 2.0 : 1.0;
-    double per_token = C + L * block_activation_floats(c, 0) + C + norm_stats + V;
-    if (has_branch) per_token += C + L * block_activation_floats(c, 1) + C + norm_stats + V;
-    cost->bytes_activations = bytes * per_token * (double)(B * T);
+    cost->bytes_activations = bytes * (info.activation_floats + info.activation_floats_branch) * (double)(B * T);
     cost->bytes_total = cost->bytes_params + cost->bytes_grads + cost->bytes_adam + cost->bytes_activations;
 }
 

@@ -49,14 +49,15 @@ static dt_tensor *remap(const model *m, const model *replica, dt_tensor *t) {
 
 /* model_block_weights and model_layer hold nothing but tensor pointers; if a
  * field is added there, it must be remapped below too. */
-_Static_assert(sizeof(model_block_weights) == 16 * sizeof(dt_tensor *), "remap every model_block_weights field");
-_Static_assert(sizeof(model_layer) == 7 * sizeof(dt_tensor *) + 2 * sizeof(model_block_weights),
-               "remap every model_layer field");
+_Static_assert(sizeof(model_block_weights) == (8 + MODEL_FFN_SLOTS) * sizeof(dt_tensor *),
+               "remap every model_block_weights field");
+_Static_assert(sizeof(model_layer) == 7 * sizeof(dt_tensor *) + sizeof(const float *) + 2 * sizeof(model_block_weights),
+               "remap every model_layer field (rope_table is shared)");
 
 static void remap_block(const model *m, const model *replica, model_block_weights *w) {
-    dt_tensor **fields[] = {&w->wq, &w->wq_bias, &w->wk, &w->wk_bias, &w->wv,        &w->wv_bias, &w->wo,    &w->wo_bias,
-                            &w->fc, &w->fc_bias, &w->proj, &w->proj_bias, &w->w1, &w->w3,      &w->w2, &w->router};
+    dt_tensor **fields[] = {&w->wq, &w->wq_bias, &w->wk, &w->wk_bias, &w->wv, &w->wv_bias, &w->wo, &w->wo_bias};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) *fields[i] = remap(m, replica, *fields[i]);
+    for (int slot = 0; slot < MODEL_FFN_SLOTS; slot++) w->ffn[slot] = remap(m, replica, w->ffn[slot]);
 }
 
 static void replica_free(model *replica) {
@@ -362,7 +363,7 @@ static double combine_balance(train_parallel *p, const int64_t *row_begin, int64
 static dt_status run_workers(train_parallel *p, const dt_tensor *inputs, const dt_tensor *targets,
                              const int64_t *row_begin, int64_t total_rows, int backward, train_parallel_losses *losses) {
     const int workers = p->n_workers;
-    const int is_moe = p->model->config.family == FAMILY_MOE;
+    const int is_moe = p->model->arch.n_expert > 0;
     enum { MAX_WORKERS = 256 };
     if (workers > MAX_WORKERS) return dt_errorf("parallel step: %d workers (at most %d)", workers, MAX_WORKERS);
     dt_status status[MAX_WORKERS];

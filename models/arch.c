@@ -1,0 +1,85 @@
+/* Builds the model description (arch.h) from a validated configuration: the
+ * family's preset of choices, then every layer's shape and its coupling
+ * points. Everything downstream (parameters, training forward, prefill,
+ * decode step, costs) reads this record, so a choice is made here once. */
+#include "models/arch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/ffn.h"
+#include "models/norm_kinds.h"
+#include "models/position_kinds.h"
+
+/* SPEC §1's table, one row per family. */
+static const model_family_preset presets[] = {
+    [FAMILY_NANOGPT] = {"layernorm", "learned", "gelu_mlp", 1, 1},
+    [FAMILY_LLAMA] = {"rmsnorm", "rope", "swiglu", 0, 0},
+    [FAMILY_MOE] = {"rmsnorm", "rope", "moe", 0, 0},
+};
+
+const model_family_preset *model_family_preset_of(model_family family) {
+    if ((int)family < 0 || (size_t)family >= sizeof presets / sizeof presets[0]) return NULL;
+    return &presets[family];
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+dt_status model_arch_build(model_arch *arch, const model_config *c) {
+    memset(arch, 0, sizeof *arch);
+    const model_family_preset *preset = model_family_preset_of(c->family);
+    if (!preset) return dt_errorf("family = %d has no preset", (int)c->family);
+    arch->norm = model_norm_kind_find(preset->norm);
+    arch->position = model_position_kind_find(preset->position);
+    const model_ffn_kind *ffn = model_ffn_kind_find(preset->ffn);
+    if (!arch->norm || !arch->position || !ffn)
+        return dt_errorf("family %s: a kind of its preset is missing from the tables", model_family_name(c->family));
+    if (c->n_layer < 1 || c->n_head < 1 || c->n_kv_head < 1 || c->d_model % c->n_head)
+        return dt_errorf("model description: config is not validated (n_layer %lld, n_head %lld)",
+                         (long long)c->n_layer, (long long)c->n_head);
+
+    arch->C = c->d_model;
+    arch->V = c->vocab_size;
+    arch->L = c->n_layer;
+    arch->T_max = c->block_size;
+    arch->linear_bias = preset->linear_bias;
+    arch->tie_embeddings = c->tie_embeddings;
+    arch->norm_eps = (float)c->norm_eps;
+    arch->rope_theta = c->rope_theta;
+    arch->has_branch = c->branch == BRANCH_DECODE;
+    arch->branch_own_emb = arch->has_branch && c->branch_emb == BRANCH_EMB_OWN;
+    arch->branch_own_weights = arch->has_branch && !c->share;
+    if (ffn->is_moe) {
+        arch->n_expert = c->n_expert;
+        arch->top_k = c->top_k;
+        arch->top_k_branch = c->top_k_branch;
+    }
+
+    arch->layers = calloc((size_t)arch->L, sizeof *arch->layers);
+    if (!arch->layers) return dt_errorf("model description: out of memory for %lld layers", (long long)arch->L);
+    const int coupled = arch->has_branch && c->couple;
+    for (int64_t l = 0; l < arch->L; l++) {
+        model_layer_arch *layer = &arch->layers[l];
+        layer->n_head = c->n_head;
+        layer->n_kv_head = c->n_kv_head;
+        layer->head_dim = c->d_model / c->n_head;
+        layer->q_width = layer->n_head * layer->head_dim;
+        layer->kv_width = layer->n_kv_head * layer->head_dim;
+        layer->d_ff = c->d_ff;
+        layer->ffn = ffn;
+        layer->couple_q = coupled;
+        layer->couple_hidden = coupled && ffn->has_hidden;
+        layer->couple_out = coupled;
+        arch->max_q_width = max64(arch->max_q_width, layer->q_width);
+        arch->max_kv_width = max64(arch->max_kv_width, layer->kv_width);
+        arch->max_d_ff = max64(arch->max_d_ff, layer->d_ff);
+        arch->max_head_dim = max64(arch->max_head_dim, layer->head_dim);
+    }
+    return DT_OK;
+}
+
+void model_arch_free(model_arch *arch) {
+    if (!arch) return;
+    free(arch->layers);
+    memset(arch, 0, sizeof *arch);
+}

@@ -1,0 +1,80 @@
+/* The model description: every architectural choice of a model, resolved per
+ * layer, built once from a validated configuration (model_arch_build).
+ *
+ * Training forward (model_forward.c), batched prefill and the one-position
+ * decode step (eval/decode.c), the parameter registry (model.c) and the cost
+ * model (model_info.c) all read this record instead of switching on `family`
+ * each. A family is a preset of independent choices (model_family_preset):
+ * norm kind, position scheme, linear biases, FFN kind, tied head. Kinds are
+ * entries of tables (norm_kinds.c, position_kinds.c, ffn_kinds.c): a new one
+ * is a new file plus one table line (docs/ARCHITECTURE.md has the recipe).
+ *
+ * The decode branch's coupling contract (SPEC §2) is declared here too:
+ * model_primary_state is what the primary's block l hands to the branch. */
+#ifndef MODEL_ARCH_H
+#define MODEL_ARCH_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "models/config.h"
+
+typedef struct model_norm_kind model_norm_kind;
+typedef struct model_position_kind model_position_kind;
+typedef struct model_ffn_kind model_ffn_kind;
+
+/* What a family chooses (SPEC §1's table, one row each). */
+typedef struct model_family_preset {
+    const char *norm;     /* norm kind name: "layernorm" | "rmsnorm" */
+    const char *position; /* position scheme: "learned" | "rope" */
+    const char *ffn;      /* FFN kind: "gelu_mlp" | "swiglu" | "moe" */
+    int linear_bias;      /* attention and FFN projections carry biases */
+    int tie_embeddings;   /* default of the tie_embeddings key */
+} model_family_preset;
+
+const model_family_preset *model_family_preset_of(model_family family);
+
+/* One layer's shape. Layers are alike today; the record is per layer so
+ * options such as per-layer head counts need no new plumbing. */
+typedef struct model_layer_arch {
+    int64_t n_head, n_kv_head, head_dim; /* H, Hkv, hd */
+    int64_t q_width, kv_width;           /* H*hd, Hkv*hd */
+    int64_t d_ff;                        /* F: the FFN's hidden width */
+    const model_ffn_kind *ffn;
+    /* The branch's coupling vectors in this layer (SPEC §2), when it has them. */
+    int couple_q, couple_hidden, couple_out;
+} model_layer_arch;
+
+typedef struct model_arch {
+    int64_t C, V, L, T_max;
+    const model_norm_kind *norm;
+    const model_position_kind *position;
+    int linear_bias;
+    int tie_embeddings;
+    float norm_eps;
+    double rope_theta;
+    int has_branch;         /* branch = decode */
+    int branch_own_emb;     /* branch.tok_emb exists (branch_emb = own) */
+    int branch_own_weights; /* share = off: the branch's own wq, wo and FFN */
+    /* Largest per-layer widths, for buffers sized once. */
+    int64_t max_q_width, max_kv_width, max_d_ff, max_head_dim;
+    int64_t n_expert, top_k, top_k_branch; /* 0 for dense FFN kinds */
+    model_layer_arch *layers;              /* [L] */
+} model_arch;
+
+/* Builds the description of a validated config (model_config_validate). */
+dt_status model_arch_build(model_arch *arch, const model_config *config);
+void model_arch_free(model_arch *arch);
+
+/* The coupling contract of SPEC §2: what primary block l leaves for the
+ * branch at every position (training: [B,T,*] tape tensors; decode: rows). */
+typedef struct model_primary_state {
+    dt_tensor *q1;            /* [B,T,H*hd] query before the position scheme */
+    dt_tensor *k, *v;         /* [B,T,Hkv*hd] keys (positioned) and values */
+    dt_tensor *z1;            /* [B,T,F] FFN hidden activation (kinds with one) */
+    dt_tensor *m1;            /* [B,T,C] FFN output */
+    dt_tensor *router_logits; /* [B*T,E] MoE: the primary router's logits (replay picks from them) */
+} model_primary_state;
+
+#endif
