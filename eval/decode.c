@@ -48,16 +48,16 @@ typedef struct shapes {
     int moe; /* routed experts: per-layer routing scratch */
 } shapes;
 
-/* The uniform sizes of the model description (models/arch.h); every layer has
- * the same shape today, and buffers are sized by the largest. */
+/* Sizes from the model description (models/arch.h): the largest over the
+ * layers, which size every buffer (attention widths and head counts may
+ * differ per layer; layer_shapes has one layer's). */
 static shapes shapes_of(const model *m) {
     const model_arch *a = &m->arch;
-    const model_layer_arch *la = &a->layers[0];
     shapes d;
     d.C = a->C;
-    d.H = la->n_head;
-    d.Hkv = la->n_kv_head;
-    d.hd = la->head_dim;
+    d.H = a->max_n_head;
+    d.Hkv = a->max_n_kv_head;
+    d.hd = a->max_head_dim;
     d.qdim = a->max_q_width;
     d.kvdim = a->max_kv_width;
     d.F = a->max_d_ff;
@@ -68,6 +68,24 @@ static shapes shapes_of(const model *m) {
     d.top_k_branch = a->top_k_branch;
     d.moe = d.E > 0;
     return d;
+}
+
+/* Layer l's attention shape (H, Hkv, hd, q and kv widths); the rest as shapes_of. */
+static shapes layer_shapes(const model *m, int64_t l) {
+    const model_layer_arch *la = &m->arch.layers[l];
+    shapes d = shapes_of(m);
+    d.H = la->n_head;
+    d.Hkv = la->n_kv_head;
+    d.hd = la->head_dim;
+    d.qdim = la->q_width;
+    d.kvdim = la->kv_width;
+    return d;
+}
+
+/* Layer l's K (or V) cache: [n_pos_max, Hkv_l*hd_l] rows; layers are spaced
+ * by the widest layer's rows. */
+static float *cache_of(const eval_decode_session *s, float *cache, int64_t l) {
+    return cache + l * s->n_pos_max * s->model->arch.max_kv_width;
 }
 
 static const float *data_of(const dt_tensor *t) { return t ? (const float *)t->data : NULL; }
@@ -380,13 +398,13 @@ static void ffn_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
 static void prepare_heads(eval_decode_session *s, int64_t l, int64_t pos, int row0, int n_rows, int64_t kv_begin,
                           int64_t kv_end) {
     const model *m = s->model;
-    shapes d = shapes_of(m);
+    const shapes d = layer_shapes(m, l);
     const model_layer *layer = &m->layers[l];
     const model_position_kind *position = m->arch.position;
     const int64_t group = d.H / d.Hkv, q_begin = kv_begin * group * d.hd, q_len = (kv_end - kv_begin) * group * d.hd;
-    float *q = s->rows.q, *q1 = s->q1 + l * d.qdim;
+    float *q = s->rows.q, *q1 = s->q1 + l * m->arch.max_q_width;
     if (row0 == 0) {
-        float *k_row = s->k_cache + (l * s->n_pos_max + pos) * d.kvdim;   // [Hkv*hd]
+        float *k_row = cache_of(s, s->k_cache, l) + pos * d.kvdim;          // [Hkv*hd]
         memcpy(q1 + q_begin, q + q_begin, (size_t)q_len * sizeof(float)); /* before RoPE */
         if (position->rotary)
             position->rotate_heads(k_row + kv_begin * d.hd, layer->rope_table, pos, kv_end - kv_begin, d.hd);
@@ -455,9 +473,9 @@ static void attention_kv_head(int64_t kv_head, void *arg) {
 /* Attention of rows [row0, row0 + n_rows) at layer l, position pos; the
  * queries (rows.q) come straight from the Wq product (prepare_heads runs here). */
 static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int row0, int n_rows) {
-    shapes d = shapes_of(s->model);
+    const shapes d = layer_shapes(s->model, l);
     float *out = s->rows.y + row0 * d.qdim, *q = s->rows.q + row0 * d.qdim;
-    const float *k_cache = s->k_cache + l * s->n_pos_max * d.kvdim, *v_cache = s->v_cache + l * s->n_pos_max * d.kvdim;
+    const float *k_cache = cache_of(s, s->k_cache, l), *v_cache = cache_of(s, s->v_cache, l);
     count(s, &s->traffic.kv_read_bytes, 2.0 * (double)(pos + 1) * (double)d.kvdim * 4.0);
     if (!eval_team_active()) { /* the kernel, threaded by itself */
         prepare_heads(s, l, pos, row0, n_rows, 0, d.Hkv);
@@ -511,19 +529,20 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
     for (int64_t l = 0; l < d.L; l++) {
         const model_layer *layer = &m->layers[l];
         const model_block_weights *p = &layer->primary, *b = &layer->branch;
-        float *k_cache = s->k_cache + l * s->n_pos_max * d.kvdim, *v_cache = s->v_cache + l * s->n_pos_max * d.kvdim;
+        float *k_cache = cache_of(s, s->k_cache, l), *v_cache = cache_of(s, s->v_cache, l);
+        const shapes dl = layer_shapes(m, l);
 
         count_norm(s, layer->attn_norm, layer->attn_norm_bias); /* x = attention norm of h: computed above */
-        rows_linear(s, r->q, r->x, row0, n_rows, p->wq, p->wq_bias, b->wq, b->wq_bias, d.C, d.qdim);
+        rows_linear(s, r->q, r->x, row0, n_rows, p->wq, p->wq_bias, b->wq, b->wq_bias, d.C, dl.qdim);
         if (row0 == 0) { /* K, V of the primary row only, straight into the cache */
-            queue_linear(s, k_cache + pos * d.kvdim, r->x, data_of(p->wk), data_of(p->wk_bias), 1, d.C, d.kvdim);
-            queue_linear(s, v_cache + pos * d.kvdim, r->x, data_of(p->wv), data_of(p->wv_bias), 1, d.C, d.kvdim);
-            count(s, &s->traffic.kv_write_bytes, 2.0 * (double)d.kvdim * 4.0);
+            queue_linear(s, k_cache + pos * dl.kvdim, r->x, data_of(p->wk), data_of(p->wk_bias), 1, d.C, dl.kvdim);
+            queue_linear(s, v_cache + pos * dl.kvdim, r->x, data_of(p->wv), data_of(p->wv_bias), 1, d.C, dl.kvdim);
+            count(s, &s->traffic.kv_write_bytes, 2.0 * (double)dl.kvdim * 4.0);
         }
         flush(s); /* Wq (both rows), Wk, Wv in one stage */
         /* both queries in one pass over the cache */
         attention_rows(s, l, pos, row0, n_rows);
-        rows_linear(s, r->o, r->y, row0, n_rows, p->wo, p->wo_bias, b->wo, b->wo_bias, d.qdim, d.C);
+        rows_linear(s, r->o, r->y, row0, n_rows, p->wo, p->wo_bias, b->wo, b->wo_bias, dl.qdim, d.C);
         flush(s);
         EVAL_TEAM_SERIAL(team) {
             k_accumulate(h, r->o + row0 * d.C, n_rows * d.C);
@@ -711,31 +730,34 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
         if (m->pos_emb) k_accumulate(b->h + P * d.C, data_of(m->pos_emb) + (P - 1) * d.C, d.C);
         count_weight(s, d.C);
     }
+    int64_t kv_floats_per_position = 0;
     for (int64_t l = 0; l < d.L; l++) {
         const model_layer *layer = &m->layers[l];
         const model_block_weights *w = &layer->primary, *br = &layer->branch;
-        float *k_cache = s->k_cache + l * s->n_pos_max * d.kvdim, *v_cache = s->v_cache + l * s->n_pos_max * d.kvdim;
+        float *k_cache = cache_of(s, s->k_cache, l), *v_cache = cache_of(s, s->v_cache, l);
+        const shapes dl = layer_shapes(m, l);
+        kv_floats_per_position += dl.kvdim;
 
         norm(s, b->x, b->mean, b->rstd, b->h, layer->attn_norm, layer->attn_norm_bias, rows, d.C);
         count_norm(s, layer->attn_norm, layer->attn_norm_bias);
-        prefill_rows_linear(s, b->q, b->x, P, extra, w->wq, w->wq_bias, br->wq, br->wq_bias, d.C, d.qdim);
-        memcpy(s->q1 + l * d.qdim, b->q + (P - 1) * d.qdim, (size_t)d.qdim * sizeof(float));
-        prefill_linear(s, k_cache, b->x, w->wk, w->wk_bias, P, d.C, d.kvdim);
-        prefill_linear(s, v_cache, b->x, w->wv, w->wv_bias, P, d.C, d.kvdim);
-        if (extra) add_coupling(b->q + P * d.qdim, layer->couple_q, s->q1 + l * d.qdim, d.qdim);
+        prefill_rows_linear(s, b->q, b->x, P, extra, w->wq, w->wq_bias, br->wq, br->wq_bias, d.C, dl.qdim);
+        memcpy(s->q1 + l * d.qdim, b->q + (P - 1) * dl.qdim, (size_t)dl.qdim * sizeof(float));
+        prefill_linear(s, k_cache, b->x, w->wk, w->wk_bias, P, d.C, dl.kvdim);
+        prefill_linear(s, v_cache, b->x, w->wv, w->wv_bias, P, d.C, dl.kvdim);
+        if (extra) add_coupling(b->q + P * dl.qdim, layer->couple_q, s->q1 + l * d.qdim, dl.qdim);
         if (m->arch.position->rotary) {
-            k_rope_forward(b->q, layer->rope_table, 1, P, 0, d.H, d.hd);
-            k_rope_forward(k_cache, layer->rope_table, 1, P, 0, d.Hkv, d.hd);
-            if (extra) k_rope_forward(b->q + P * d.qdim, layer->rope_table, 1, 1, P - 1, d.H, d.hd);
+            k_rope_forward(b->q, layer->rope_table, 1, P, 0, dl.H, dl.hd);
+            k_rope_forward(k_cache, layer->rope_table, 1, P, 0, dl.Hkv, dl.hd);
+            if (extra) k_rope_forward(b->q + P * dl.qdim, layer->rope_table, 1, 1, P - 1, dl.H, dl.hd);
         }
-        k_attention_forward(b->y, b->lse, b->q, k_cache, v_cache, 1, P, d.H, d.Hkv, d.hd);
-        s->traffic.kv_read_bytes += 2.0 * (double)(P * d.kvdim) * 4.0;
+        k_attention_forward(b->y, b->lse, b->q, k_cache, v_cache, 1, P, dl.H, dl.Hkv, dl.hd);
+        s->traffic.kv_read_bytes += 2.0 * (double)(P * dl.kvdim) * 4.0;
         if (extra) {
-            k_attention_decode(b->y + P * d.qdim, b->q + P * d.qdim, k_cache, v_cache, 1, P - 1, d.H, d.Hkv, d.hd,
+            k_attention_decode(b->y + P * dl.qdim, b->q + P * dl.qdim, k_cache, v_cache, 1, P - 1, dl.H, dl.Hkv, dl.hd,
                                s->rows.attn_scratch);
-            s->traffic.kv_read_bytes += 2.0 * (double)(P * d.kvdim) * 4.0;
+            s->traffic.kv_read_bytes += 2.0 * (double)(P * dl.kvdim) * 4.0;
         }
-        prefill_rows_linear(s, b->o, b->y, P, extra, w->wo, w->wo_bias, br->wo, br->wo_bias, d.qdim, d.C);
+        prefill_rows_linear(s, b->o, b->y, P, extra, w->wo, w->wo_bias, br->wo, br->wo_bias, dl.qdim, d.C);
         k_accumulate(b->h, b->o, rows * d.C);
 
         norm(s, b->x, b->mean, b->rstd, b->h, layer->ffn_norm, layer->ffn_norm_bias, rows, d.C);
@@ -745,7 +767,7 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
         if (extra) add_coupling(b->m + P * d.C, layer->couple_out, s->m1 + l * d.C, d.C);
         k_accumulate(b->h, b->m, rows * d.C);
     }
-    s->traffic.kv_write_bytes += 2.0 * (double)(P * d.kvdim * d.L) * 4.0;
+    s->traffic.kv_write_bytes += 2.0 * (double)(P * kv_floats_per_position) * 4.0;
     count_norm(s, m->final_norm, m->final_norm_bias);
     if (logits_all) { /* teacher-forced logits of every prompt position */
         norm(s, b->x, b->mean, b->rstd, b->h, m->final_norm, m->final_norm_bias, rows, d.C);

@@ -74,6 +74,8 @@ dt_status model_arch_build(model_arch *arch, const model_config *c) {
         arch->max_kv_width = max64(arch->max_kv_width, layer->kv_width);
         arch->max_d_ff = max64(arch->max_d_ff, layer->d_ff);
         arch->max_head_dim = max64(arch->max_head_dim, layer->head_dim);
+        arch->max_n_head = max64(arch->max_n_head, layer->n_head);
+        arch->max_n_kv_head = max64(arch->max_n_kv_head, layer->n_kv_head);
     }
     return DT_OK;
 }

@@ -199,16 +199,31 @@ dt_status model_create(model *m, const model_config *config) {
     }
 
     if (a->position->rotary) {
-        const int64_t hd = a->max_head_dim;
-        size_t floats = (size_t)a->T_max * (size_t)hd; /* [block_size, hd/2, 2] */
+        /* One [block_size, hd/2, 2] table per distinct head width, back to back. */
+        size_t floats = 0;
+        for (int64_t l = 0; l < L; l++) {
+            int64_t first = 0;
+            while (a->layers[first].head_dim != a->layers[l].head_dim) first++;
+            if (first == l) floats += (size_t)a->T_max * (size_t)a->layers[l].head_dim;
+        }
         m->rope_table = malloc(floats * sizeof *m->rope_table);
         if (!m->rope_table) {
             model_free(m);
-            return dt_errorf("model: out of memory for the RoPE table (%zu floats)", floats);
+            return dt_errorf("model: out of memory for the RoPE tables (%zu floats)", floats);
         }
-        k_rope_table(m->rope_table, a->T_max, hd, c.rope_theta);
-        for (int64_t l = 0; l < L; l++)
-            m->layers[l].rope_table = m->rope_table;
+        float *next = m->rope_table;
+        for (int64_t l = 0; l < L; l++) {
+            const int64_t hd = a->layers[l].head_dim;
+            int64_t first = 0;
+            while (a->layers[first].head_dim != hd) first++;
+            if (first < l) {
+                m->layers[l].rope_table = m->layers[first].rope_table;
+                continue;
+            }
+            k_rope_table(next, a->T_max, hd, c.rope_theta);
+            m->layers[l].rope_table = next;
+            next += a->T_max * hd;
+        }
     }
     return DT_OK;
 }
