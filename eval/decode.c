@@ -46,6 +46,7 @@ enum { MAX_TOP_K = MODEL_MAX_TOP_K };
 typedef struct shapes {
     int64_t C, H, Hkv, hd, qdim, kvdim, F, V, E, L, top_k, top_k_branch;
     int moe; /* routed experts: per-layer routing scratch */
+    int max_product_degree; /* most factors of a product FFN (SPEC §6.1) in any layer */
 } shapes;
 
 /* Sizes from the model description (models/arch.h): the largest over the
@@ -67,6 +68,9 @@ static shapes shapes_of(const model *m) {
     d.top_k = a->top_k;
     d.top_k_branch = a->top_k_branch;
     d.moe = d.E > 0;
+    d.max_product_degree = 0;
+    for (int64_t l = 0; l < a->L; l++)
+        if (a->layers[l].product_degree > d.max_product_degree) d.max_product_degree = a->layers[l].product_degree;
     return d;
 }
 
@@ -158,6 +162,9 @@ static void layout(eval_decode_session *s, planner *p) {
     r->hidden_a = take(p, 2 * d.F, f);
     r->hidden_b = take(p, 2 * d.F, f);
     r->z = take(p, 2 * d.F, f);
+    const int64_t extra_factors = d.max_product_degree > 2 ? d.F : 0; /* product FFNs with 3 or 4 factors */
+    r->hidden_c = take(p, 2 * extra_factors, f);
+    r->hidden_d = take(p, 2 * extra_factors, f);
     r->mean = take(p, 2, f);
     r->rstd = take(p, 2, f);
     r->router_logits = take(p, 2 * d.E, f);
@@ -179,6 +186,8 @@ static void layout(eval_decode_session *s, planner *p) {
     b->hidden_a = take(p, R * d.F, f);
     b->hidden_b = take(p, R * d.F, f);
     b->z = take(p, R * d.F, f);
+    b->hidden_c = take(p, R * extra_factors, f);
+    b->hidden_d = take(p, R * extra_factors, f);
     b->mean = take(p, R, f);
     b->rstd = take(p, R, f);
     b->lse = take(p, d.H * P, f);
@@ -377,6 +386,8 @@ static void ffn_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
         .m = r->m,
         .hidden_a = r->hidden_a,
         .hidden_b = r->hidden_b,
+        .hidden_c = r->hidden_c,
+        .hidden_d = r->hidden_d,
         .z = r->z,
         .z1 = s->z1 + l * d.F,
         .couple_hidden = data_of(layer->couple_hidden),
@@ -682,6 +693,8 @@ static void prefill_ffn(eval_decode_session *s, int64_t l, int64_t P, int extra)
         .m = b->m,
         .hidden_a = b->hidden_a,
         .hidden_b = b->hidden_b,
+        .hidden_c = b->hidden_c,
+        .hidden_d = b->hidden_d,
         .z = b->z,
         .z1 = s->z1 + l * d.F,
         .couple_hidden = data_of(layer->couple_hidden),
@@ -698,6 +711,8 @@ static void prefill_ffn(eval_decode_session *s, int64_t l, int64_t P, int extra)
         .row_hidden_a = r->hidden_a,
         .row_hidden_b = r->hidden_b,
         .row_z = r->z,
+        .row_hidden_c = r->hidden_c,
+        .row_hidden_d = r->hidden_d,
     };
     m->arch.layers[l].ffn->prefill(&call);
 }

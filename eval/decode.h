@@ -63,6 +63,7 @@ typedef struct eval_decode_rows {
     float *h, *x, *o, *m, *expert_out; /* [2, C] */
     float *q, *y;                      /* [2, H*hd] */
     float *hidden_a, *hidden_b, *z;    /* [2, F] */
+    float *hidden_c, *hidden_d;        /* [2, F] third and fourth factors of product FFNs (else 1 float) */
     float *mean, *rstd;                /* [2] */
     float *router_logits;              /* [2, E] */
     float *attn_scratch;               /* [2, H, block_size] attention scores */
@@ -76,6 +77,7 @@ typedef struct eval_decode_prefill_buffers {
     float *h, *x, *o, *m, *expert_in, *expert_out; /* [P+1, C] */
     float *q, *y;                                  /* [P+1, H*hd] */
     float *hidden_a, *hidden_b, *z;                /* [P+1, F] */
+    float *hidden_c, *hidden_d;                    /* [P+1, F] product FFNs' extra factors (else 1 float) */
     float *mean, *rstd;                            /* [P+1] */
     float *lse;                                    /* [H, P] */
     float *router_logits;                          /* [P+1, E] */

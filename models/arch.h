@@ -42,6 +42,10 @@ typedef struct model_layer_arch {
     int64_t q_width, kv_width;           /* H*hd, Hkv*hd */
     int64_t d_ff;                        /* F: the FFN's hidden width */
     const model_ffn_kind *ffn;
+    /* Product FFN (SPEC §6.1), for the "product" kind and MoE experts: the
+     * number of factors (2, 3 = TriPLU, 4; 0 = the kind's own activation)
+     * and whether the product is RMS-normalised before the down projection. */
+    int product_degree, prod_norm;
     /* The branch's coupling vectors in this layer (SPEC §2), when it has them. */
     int couple_q, couple_hidden, couple_out;
 } model_layer_arch;

@@ -120,6 +120,7 @@ typedef struct model_ffn_rows {
     const float *x;                 /* [2,C] normed input */
     float *m;                       /* [2,C] output */
     float *hidden_a, *hidden_b, *z; /* [2,F] scratch */
+    float *hidden_c, *hidden_d;     /* [2,F] the third and fourth factors (product FFNs) */
     float *z1;                      /* [F] the primary's hidden at this layer (saved by row 0) */
     const float *couple_hidden;     /* [F] or NULL */
     /* MoE */
@@ -142,6 +143,7 @@ typedef struct model_ffn_prefill {
     const float *x;                 /* [P+1,C] */
     float *m;                       /* [P+1,C] */
     float *hidden_a, *hidden_b, *z; /* [P+1,F] */
+    float *hidden_c, *hidden_d;     /* [P+1,F] the third and fourth factors (product FFNs) */
     float *z1;                      /* [F] primary hidden at row P-1 (saved) */
     const float *couple_hidden;     /* [F] or NULL */
     /* MoE */
@@ -154,6 +156,7 @@ typedef struct model_ffn_prefill {
     float *expert_in, *expert_out;              /* [P+1,C] */
     float *row_out;                             /* [C] scratch for one branch-row expert */
     float *row_hidden_a, *row_hidden_b, *row_z; /* [F] scratch for one branch-row expert */
+    float *row_hidden_c, *row_hidden_d;         /* [F] */
 } model_ffn_prefill;
 
 /* ---- cost ---- */
@@ -205,6 +208,13 @@ void model_prefill_linear(const model_row_exec *exec, float *out, const float *i
 /* dst[n] += couple[n] * primary[n] (couple NULL: nothing). */
 void model_add_coupling(float *dst, const float *couple, const float *primary, int64_t n);
 static inline const float *model_data(const dt_tensor *t) { return t ? (const float *)t->data : (const float *)0; }
+
+/* The product of SPEC §6.1 on `rows` rows of width F, in place in a:
+ * a <- a ⊙ b (⊙ c (⊙ d)) for degree 2 (3, 4), then with norm_weight [F]
+ * (or NULL) a <- a / sqrt(mean(a^2) + eps) ⊙ norm_weight per row. The
+ * product FFN kind and MoE's product experts share it. a, b, c, d [rows, F] */
+void model_product_rows(float *a, const float *b, const float *c, const float *d, int degree, int64_t rows, int64_t F,
+                        const float *norm_weight, float eps);
 
 /* The down projection every dense kind ends with (taped): m = hidden down^T
  * (+ bias), fused with the residual and the branch's couple_out term when

@@ -4,12 +4,13 @@
 
 #include "models/ffn.h"
 
-extern const model_ffn_kind model_ffn_gelu_mlp, model_ffn_swiglu, model_ffn_moe;
+extern const model_ffn_kind model_ffn_gelu_mlp, model_ffn_swiglu, model_ffn_moe, model_ffn_product;
 
 static const model_ffn_kind *const kinds[] = {
     &model_ffn_gelu_mlp,
     &model_ffn_swiglu,
     &model_ffn_moe,
+    &model_ffn_product,
 };
 
 const model_ffn_kind *model_ffn_kind_find(const char *name) {

@@ -15,16 +15,32 @@
 #include "models/ffn.h"
 #include "models/moe.h"
 
-enum { ROUTER, W1, W3, W2 };
+enum { ROUTER, W1, W3, W2, W4, W5, PROD_NORM };
 
+/* Experts are SwiGLU, or with a product FFN (SPEC §6.1, layer->product_degree)
+ * products of 2-4 projections (moe.w4, moe.w5 beside §3's), optionally
+ * RMS-normalised (moe.prod_norm.weight [E,F], row e for expert e). */
 static dt_status declare(const model_arch *arch, const model_layer_arch *layer, const model_param_sink *sink,
                          dt_tensor **w) {
     const int64_t C = arch->C, F = layer->d_ff, E = arch->n_expert;
     w[ROUTER] = sink->add(sink->self, "moe.router.weight", DT_SHAPE(E, C), 1, MODEL_INIT_NORMAL);
     w[W1] = sink->add(sink->self, "moe.w1.weight", DT_SHAPE(E, F, C), 1, MODEL_INIT_NORMAL);
     w[W3] = sink->add(sink->self, "moe.w3.weight", DT_SHAPE(E, F, C), 1, MODEL_INIT_NORMAL);
+    if (layer->product_degree >= 3)
+        w[W4] = sink->add(sink->self, "moe.w4.weight", DT_SHAPE(E, F, C), 1, MODEL_INIT_NORMAL);
+    if (layer->product_degree >= 4)
+        w[W5] = sink->add(sink->self, "moe.w5.weight", DT_SHAPE(E, F, C), 1, MODEL_INIT_NORMAL);
     w[W2] = sink->add(sink->self, "moe.w2.weight", DT_SHAPE(E, C, F), 1, MODEL_INIT_RESIDUAL);
-    return w[ROUTER] && w[W1] && w[W3] && w[W2] ? DT_OK : DT_ERR;
+    if (layer->prod_norm) w[PROD_NORM] = sink->add(sink->self, "moe.prod_norm.weight", DT_SHAPE(E, F), 0, MODEL_INIT_ONE);
+    return w[ROUTER] && w[W1] && w[W3] && w[W2] && (layer->product_degree < 3 || w[W4]) &&
+                   (layer->product_degree < 4 || w[W5]) && (!layer->prod_norm || w[PROD_NORM])
+               ? DT_OK
+               : DT_ERR;
+}
+
+static model_moe_weights moe_weights(const model_arch *arch, const model_layer_arch *layer, dt_tensor *const *w) {
+    return (model_moe_weights){w[ROUTER], w[W1], w[W3], w[W2], layer->product_degree, w[W4], w[W5], w[PROD_NORM],
+                               arch->norm_eps};
 }
 
 // x [B,T,C] -> m [B,T,C]
@@ -33,7 +49,7 @@ static dt_tensor *forward(const model_ffn_train *c) {
     dt_tensor *x = c->x;
     if (!x) return NULL;
     const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], N = B * T, E = c->arch->n_expert;
-    const model_moe_weights weights = {c->w[ROUTER], c->w[W1], c->w[W3], c->w[W2]};
+    const model_moe_weights weights = moe_weights(c->arch, c->layer, c->w);
     dt_tensor *flat = ag_reshape(ctx, x, DT_SHAPE(N, C));
     model_moe_result moe;
     if (!c->branch) {
@@ -85,17 +101,42 @@ static void route_branch(const model_config *c, const float *primary_logits, con
     k_softmax_forward(gates, chosen, 1, k);
 }
 
-/* SwiGLU expert e of weights w on n_rows contiguous rows: in [n,C] -> out [n,C]. */
+/* The hidden of expert e from its factors' outputs a, b (c, d) [n,F] into z:
+ * SwiGLU, or the product of SPEC §6.1 (normalised with row e of prod_norm). */
+static void expert_hidden(const model_arch *arch, const model_layer_arch *layer, dt_tensor *const *w, int64_t e,
+                          float *z, float *a, const float *b, const float *c, const float *d, int64_t n) {
+    const int64_t F = layer->d_ff;
+    if (!layer->product_degree) {
+        k_swiglu_forward(z, a, b, n * F);
+        return;
+    }
+    const float *norm_w = w[PROD_NORM] ? model_data(w[PROD_NORM]) + e * F : NULL;
+    model_product_rows(a, b, c, d, layer->product_degree, n, F, norm_w, arch->norm_eps);
+    memcpy(z, a, (size_t)(n * F) * sizeof(float));
+}
+
+/* Queues the factor products of expert e on n rows: in [n,C] -> a, b (c, d) [n,F]. */
+static void queue_factors(const model_row_exec *x, const model_layer_arch *layer, int64_t C, dt_tensor *const *w,
+                          int64_t e, const float *in, int64_t n, float *const *out) {
+    const int64_t F = layer->d_ff;
+    dt_tensor *const factors[4] = {w[W1], w[W3], w[W4], w[W5]};
+    const int count = layer->product_degree > 2 ? layer->product_degree : 2;
+    for (int i = 0; i < count; i++) {
+        const model_row_product p = {out[i], in, model_data(factors[i]) + e * F * C, NULL, n, C, F};
+        x->linear(x->self, &p);
+    }
+}
+
+/* Expert e of weights w on n_rows contiguous rows: in [n,C] -> out [n,C]. */
 static void expert_rows(const model_ffn_rows *c, float *out, const float *in, int n_rows, dt_tensor *const *w,
                         int64_t e) {
     const model_row_exec *x = c->exec;
     const int64_t C = c->arch->C, F = c->layer->d_ff;
-    const model_row_product w1 = {c->hidden_a, in, model_data(w[W1]) + e * F * C, NULL, n_rows, C, F};
-    const model_row_product w3 = {c->hidden_b, in, model_data(w[W3]) + e * F * C, NULL, n_rows, C, F};
-    x->linear(x->self, &w1);
-    x->linear(x->self, &w3);
+    float *const factors[4] = {c->hidden_a, c->hidden_b, c->hidden_c, c->hidden_d};
+    queue_factors(x, c->layer, C, w, e, in, n_rows, factors);
     x->flush(x->self);
-    MODEL_ROW_SERIAL(x) k_swiglu_forward(c->z, c->hidden_a, c->hidden_b, n_rows * F);
+    MODEL_ROW_SERIAL(x)
+    expert_hidden(c->arch, c->layer, w, e, c->z, c->hidden_a, c->hidden_b, c->hidden_c, c->hidden_d, n_rows);
     const model_row_product w2 = {out, c->z, model_data(w[W2]) + e * C * F, NULL, n_rows, F, C};
     x->linear(x->self, &w2);
     x->flush(x->self);
@@ -155,12 +196,11 @@ static void rows(const model_ffn_rows *c) {
 static void expert_row_now(const model_ffn_prefill *c, float *out, const float *in, dt_tensor *const *w, int64_t e) {
     const model_row_exec *x = c->exec;
     const int64_t C = c->arch->C, F = c->layer->d_ff;
-    const model_row_product w1 = {c->row_hidden_a, in, model_data(w[W1]) + e * F * C, NULL, 1, C, F};
-    const model_row_product w3 = {c->row_hidden_b, in, model_data(w[W3]) + e * F * C, NULL, 1, C, F};
-    x->linear(x->self, &w1);
-    x->linear(x->self, &w3);
+    float *const factors[4] = {c->row_hidden_a, c->row_hidden_b, c->row_hidden_c, c->row_hidden_d};
+    queue_factors(x, c->layer, C, w, e, in, 1, factors);
     x->flush(x->self);
-    k_swiglu_forward(c->row_z, c->row_hidden_a, c->row_hidden_b, F);
+    expert_hidden(c->arch, c->layer, w, e, c->row_z, c->row_hidden_a, c->row_hidden_b, c->row_hidden_c,
+                  c->row_hidden_d, 1);
     const model_row_product w2 = {out, c->row_z, model_data(w[W2]) + e * C * F, NULL, 1, F, C};
     x->linear(x->self, &w2);
     x->flush(x->self);
@@ -201,13 +241,10 @@ static void prefill(const model_ffn_prefill *c) {
         }
         if (n == 0) continue;
         k_gather_rows(c->expert_in, c->x, c->expert_rows, n, C);
-        const model_row_product w1 = {c->hidden_a, c->expert_in, model_data(p[W1]) + e * F * C, NULL, n, C, F};
-        const model_row_product w3 = {c->hidden_b, c->expert_in, model_data(p[W3]) + e * F * C, NULL, n, C, F};
-        x->linear(x->self, &w1);
+        float *const factors[4] = {c->hidden_a, c->hidden_b, c->hidden_c, c->hidden_d};
+        queue_factors(x, c->layer, C, p, e, c->expert_in, n, factors);
         x->flush(x->self);
-        x->linear(x->self, &w3);
-        x->flush(x->self);
-        k_swiglu_forward(c->z, c->hidden_a, c->hidden_b, n * F);
+        expert_hidden(c->arch, c->layer, p, e, c->z, c->hidden_a, c->hidden_b, c->hidden_c, c->hidden_d, n);
         const model_row_product w2 = {c->expert_out, c->z, model_data(p[W2]) + e * C * F, NULL, n, F, C};
         x->linear(x->self, &w2);
         x->flush(x->self);
@@ -226,14 +263,18 @@ static void prefill(const model_ffn_prefill *c) {
 
 static void cost(const model_arch *arch, const model_layer_arch *layer, model_ffn_cost *cost) {
     const int64_t C = arch->C, F = layer->d_ff, E = arch->n_expert;
+    const int64_t factors = layer->product_degree > 2 ? layer->product_degree : 2;
     memset(cost, 0, sizeof *cost);
     cost->router = E * C;
-    cost->expert = 3 * F * C;
+    /* an expert's matrices (and its row of prod_norm: read with them) */
+    cost->expert = (factors + 1) * F * C + (layer->prod_norm ? F : 0);
     cost->n_expert = E;
     cost->params = cost->router + E * cost->expert;
-    /* router logits and the combined output; per chosen expert: gathered input, w1, w3, SwiGLU, output */
+    /* router logits and the combined output; per chosen expert: gathered input, the factors, the hidden, output */
     cost->activation_floats = E + C;
-    cost->activation_floats_per_expert = 3 * F + 2 * C;
+    cost->activation_floats_per_expert =
+        (factors + 1 + (layer->product_degree >= 3 ? layer->product_degree - 2 : 0) + (layer->prod_norm ? 1 : 0)) * F +
+        2 * C;
 }
 
 const model_ffn_kind model_ffn_moe = {"moe", 0, 0, 1, declare, forward, rows, prefill, cost};

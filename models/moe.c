@@ -27,16 +27,19 @@ static void expert_matrix_backward(ag_ctx *ctx, ag_node *node) {
 
 dt_tensor *model_expert_matrix(ag_ctx *ctx, dt_tensor *weight, int64_t e) {
     if (!weight) return NULL;
-    if (weight->ndim != 3 || weight->dtype != DT_F32 || e < 0 || e >= weight->shape[0]) {
-        dt_errorf("expert matrix: expert %lld of a tensor with %d dims (need [E,R,S], E > expert)", (long long)e,
-                  weight->ndim);
+    if ((weight->ndim != 3 && weight->ndim != 2) || weight->dtype != DT_F32 || e < 0 || e >= weight->shape[0]) {
+        dt_errorf("expert matrix: expert %lld of a tensor with %d dims (need [E,R,S] or [E,S], E > expert)",
+                  (long long)e, weight->ndim);
         return NULL;
     }
-    int64_t rows = weight->shape[1], cols = weight->shape[2];
+    /* [E,R,S] -> the matrix [R,S] of expert e; [E,S] -> its vector [S] */
+    const int vector = weight->ndim == 2;
+    int64_t rows = vector ? 1 : weight->shape[1], cols = weight->shape[weight->ndim - 1];
     int64_t offset = e * rows * cols;
     dt_tensor *view = dt_arena_calloc(&ctx->arena, sizeof *view);
     if (!view) return NULL;
-    if (dt_tensor_init(view, DT_F32, 2, (const int64_t[]){rows, cols}, dt_f32(weight) + offset) != DT_OK) return NULL;
+    const int64_t shape[2] = {vector ? cols : rows, cols};
+    if (dt_tensor_init(view, DT_F32, vector ? 1 : 2, shape, dt_f32(weight) + offset) != DT_OK) return NULL;
     if (!ag_needs_grad(ctx, &weight, 1)) return view;
     if (weight->grad) {
         /* A parameter keeps its gradient buffer: the view's gradient is simply
@@ -177,14 +180,25 @@ dt_status model_moe_forward(ag_ctx *ctx, const model_moe_weights *weights, dt_te
             dt_i32(token_rows[e])[fill[e]++] = (int32_t)n;
         }
 
-    /* One SwiGLU per expert over its tokens: w2_e( silu(w1_e x) * (w3_e x) ). */
+    /* One FFN per expert over its tokens: w2_e( silu(w1_e x) * (w3_e x) ), or
+     * with product experts (SPEC §6.1) w2_e( norm( (w1_e x) ⊙ (w3_e x) ⊙ ... ) ). */
     for (int64_t e = 0; e < E; e++) {
         expert_out[e] = NULL;
         if (!count[e]) continue;
         dt_tensor *expert_in = ag_gather_rows(ctx, x, token_rows[e]); // [M_e,C]
         dt_tensor *gate_proj = ag_linear(ctx, expert_in, model_expert_matrix(ctx, weights->w1, e), NULL); // [M_e,F]
         dt_tensor *up_proj = ag_linear(ctx, expert_in, model_expert_matrix(ctx, weights->w3, e), NULL);   // [M_e,F]
-        dt_tensor *hidden = ag_swiglu(ctx, gate_proj, up_proj);
+        dt_tensor *hidden;
+        if (!weights->product_degree) {
+            hidden = ag_swiglu(ctx, gate_proj, up_proj);
+        } else {
+            hidden = ag_mul(ctx, gate_proj, up_proj);
+            dt_tensor *extra[2] = {weights->w4, weights->w5};
+            for (int i = 0; i < weights->product_degree - 2; i++)
+                hidden = ag_mul(ctx, hidden, ag_linear(ctx, expert_in, model_expert_matrix(ctx, extra[i], e), NULL));
+            if (weights->prod_norm)
+                hidden = ag_rmsnorm(ctx, hidden, model_expert_matrix(ctx, weights->prod_norm, e), weights->norm_eps);
+        }
         expert_out[e] = ag_linear(ctx, hidden, model_expert_matrix(ctx, weights->w2, e), NULL); // [M_e,C]
         if (!expert_out[e]) return DT_ERR;
         if (dt_cols(expert_out[e]) != C) return dt_errorf("moe: expert output width %lld != d_model %lld",

@@ -24,6 +24,11 @@ typedef struct model_moe_result {
 typedef struct model_moe_weights {
     dt_tensor *router;       /* [E,C] */
     dt_tensor *w1, *w3, *w2; /* [E,F,C] [E,F,C] [E,C,F] */
+    /* Product experts (SPEC §6.1): 0 = SwiGLU; 2, 3, 4 factors (w1 ⊙ w3 (⊙ w4 (⊙ w5))). */
+    int product_degree;
+    dt_tensor *w4, *w5;      /* [E,F,C] when the degree needs them */
+    dt_tensor *prod_norm;    /* [E,F] RMSNorm weight of the product (ffn_prod_norm), or NULL */
+    float norm_eps;
 } model_moe_weights;
 
 /* x [N,C] (the normed FFN input); weights->router [E,C], w1/w3 [E,F,C], w2 [E,C,F].
@@ -37,8 +42,9 @@ dt_status model_moe_forward(ag_ctx *ctx, const model_moe_weights *weights, dt_te
  * experts int32 [N,k] over E experts, into fractions [E] (SPEC §1 balance). */
 void model_moe_fractions(float *fractions, const dt_tensor *experts, int64_t n_expert);
 
-/* A differentiable view of expert e's matrix: weight [E,R,S] -> [R,S] sharing
- * the parameter's data; its gradient lands in the parameter's gradient. */
+/* A differentiable view of expert e's matrix: weight [E,R,S] -> [R,S] (or
+ * [E,S] -> [S]) sharing the parameter's data; its gradient lands in the
+ * parameter's gradient. */
 dt_tensor *model_expert_matrix(ag_ctx *ctx, dt_tensor *weight, int64_t e);
 
 #endif
