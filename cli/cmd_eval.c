@@ -23,12 +23,9 @@ static void usage(FILE *out) {
                  "then one step per token) unless --method tf.\n");
 }
 
-static int parse_int64(const char *text, int64_t min, int64_t *out) {
-    char *end;
-    long long v = strtoll(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || v < min) return 0;
-    *out = v;
-    return 1;
+/* 1 when text is an integer in [min, max] (cli/args.c prints nothing: the caller's line names option and value). */
+static int parse_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
+    return cli_parse_int("", text, min, max, out) == DT_OK;
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -39,7 +36,8 @@ int cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *data_path = NULL, *method = NULL;
     eval_loss_options options = eval_loss_default_options();
     int64_t threads = 0;
-    int json = 0;
+    int json = 0, decode_given = 0;
+    cli_seen seen = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) {
@@ -55,6 +53,10 @@ int cmd_eval(int argc, char **argv) {
             return 2;
         }
         i++;
+        if (cli_once(&seen, a) != DT_OK) {
+            fprintf(stderr, "dbranch eval: %s\n", dt_error_message());
+            return 2;
+        }
         int ok = 1;
         if (!strcmp(a, "--model"))
             model_path = v;
@@ -68,17 +70,18 @@ int cmd_eval(int argc, char **argv) {
             else
                 ok = 0;
         } else if (!strcmp(a, "--windows"))
-            ok = parse_int64(v, 1, &options.n_windows);
+            ok = parse_int64(v, 1, INT64_MAX, &options.n_windows);
         else if (!strcmp(a, "--seq-len"))
-            ok = parse_int64(v, 1, &options.seq_len);
+            ok = parse_int64(v, 1, INT64_MAX, &options.seq_len);
         else if (!strcmp(a, "--prompt-len"))
-            ok = parse_int64(v, 1, &options.prompt_len);
+            ok = parse_int64(v, 1, INT64_MAX, &options.prompt_len);
         else if (!strcmp(a, "--threads"))
-            ok = parse_int64(v, 1, &threads) && threads <= 1024;
+            ok = parse_int64(v, 1, K_MAX_THREADS, &threads);
         else if (!strcmp(a, "--method")) {
             method = v;
             ok = !strcmp(v, "tf") || !strcmp(v, "decode");
         } else if (!strcmp(a, "--decode")) {
+            decode_given = 1;
             if (!strcmp(v, "grouped"))
                 options.decode_mode = EVAL_DECODE_GROUPED;
             else if (!strcmp(v, "ungrouped"))
@@ -104,6 +107,13 @@ int cmd_eval(int argc, char **argv) {
         options.method = strcmp(method, "tf") ? EVAL_DECODE : EVAL_TEACHER_FORCED;
     else
         options.method = options.prompt_len > 0 ? EVAL_DECODE : EVAL_TEACHER_FORCED;
+    if (decode_given && options.method == EVAL_TEACHER_FORCED) {
+        fprintf(stderr,
+                "dbranch eval: --decode has no effect on teacher-forced scoring (%s); drop it or use "
+                "--prompt-len P with --method decode\n",
+                method ? "--method tf" : "no --prompt-len");
+        return 2;
+    }
     if (threads > 0) k_set_threads((int)threads);
 
     model m;
@@ -117,8 +127,8 @@ int cmd_eval(int argc, char **argv) {
     dt_status status = eval_loss_run(&m, &data, &options, &r);
     if (status == DT_OK) {
         const char *split = options.split == SPLIT_VAL ? "val" : "train";
-        const char *how = options.method == EVAL_TEACHER_FORCED ? "teacher-forced"
-                                                                 : eval_decode_mode_name(options.decode_mode);
+        const char *how =
+            options.method == EVAL_TEACHER_FORCED ? "teacher-forced" : eval_decode_mode_name(options.decode_mode);
         if (json) {
             char branch[32] = "null";
             if (r.has_branch) snprintf(branch, sizeof branch, "%.6f", r.loss_branch);

@@ -24,12 +24,9 @@ static void usage(FILE *out) {
                  "read from the dataset (or tokenizer) file, or byte-level when the vocabulary is 256.\n");
 }
 
-static int parse_int64(const char *text, int64_t min, int64_t *out) {
-    char *end;
-    long long v = strtoll(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || v < min) return 0;
-    *out = v;
-    return 1;
+/* 1 when text is an integer in [min, max] (beyond 64 bits is not). */
+static int parse_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
+    return cli_parse_int("", text, min, max, out) == DT_OK;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -40,6 +37,7 @@ int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *data_path = NULL, *tokenizer_path = NULL;
     eval_generate_options options = eval_generate_default_options();
     int64_t threads = 0, seed = (int64_t)options.seed;
+    cli_seen seen = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strncmp(a, "--", 2) != 0) {
@@ -51,6 +49,10 @@ int cmd_generate(int argc, char **argv) {
             return 2;
         }
         i++;
+        if (cli_once(&seen, a) != DT_OK) {
+            fprintf(stderr, "dbranch generate: %s\n", dt_error_message());
+            return 2;
+        }
         int ok = 1;
         char *end;
         if (!strcmp(a, "--model"))
@@ -62,13 +64,13 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--tokenizer"))
             tokenizer_path = v;
         else if (!strcmp(a, "--tokens"))
-            ok = parse_int64(v, 0, &options.n_tokens);
+            ok = parse_int64(v, 0, INT64_MAX, &options.n_tokens);
         else if (!strcmp(a, "--top-k"))
-            ok = parse_int64(v, 0, &options.top_k);
+            ok = parse_int64(v, 0, INT64_MAX, &options.top_k);
         else if (!strcmp(a, "--seed"))
-            ok = parse_int64(v, 0, &seed);
+            ok = parse_int64(v, 0, INT64_MAX, &seed);
         else if (!strcmp(a, "--threads"))
-            ok = parse_int64(v, 1, &threads) && threads <= 1024;
+            ok = parse_int64(v, 1, K_MAX_THREADS, &threads);
         else if (!strcmp(a, "--temperature")) {
             options.temperature = strtod(v, &end);
             ok = *v != '\0' && *end == '\0' && options.temperature >= 0.0 && isfinite(options.temperature);

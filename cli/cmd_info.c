@@ -1,10 +1,9 @@
 /* dbranch info: parameter counts, FLOPs and decode bytes of a model, from a
  * model file's /config or from a `key = value` INI config, with --set
  * overrides. The figures come from model_info_compute (models/model_info.h);
- * this file only reads the inputs and prints. The INI reading lives here, not
- * in the models layer, because only the CLI and the train layer link libinih. */
+ * this file only reads the inputs and prints. Config files go through the one
+ * reader every subcommand uses (models/config_file.h). */
 #include <hdf5.h>
-#include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,55 +11,24 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "models/config_file.h"
 #include "models/model_info.h"
 #include "models/model_io.h"
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: dbranch info MODEL.h5|CONFIG.ini [--set key=value ...] [--context N]\n"
-            "\n"
-            "Prints parameter counts (primary, branch-only, total; per layer), FLOPs per\n"
-            "token for prefill and per decode step, and the bytes of weights and KV cache\n"
-            "one decode step reads (baseline, Decode-Branch grouped and un-grouped).\n"
-            "\n"
-            "  MODEL.h5        a model file or checkpoint (only /config is read)\n"
-            "  CONFIG.ini      model keys (SPEC 4) as `key = value`, at the top or under\n"
-            "                  [model]; other sections (training settings) are ignored\n"
-            "  --set key=value override one model key (repeatable)\n"
-            "  --context N     KV positions read per decode step (default block_size)\n");
-}
-
-typedef struct {
-    model_config *config;
-    char error[512];
-} ini_state;
-
-/* Model keys at the top level or in [model]; unknown keys in [model] are
- * typos, at the top level they may be run settings that train reads. */
-static int ini_handler_fn(void *user, const char *section, const char *name, const char *value) {
-    ini_state *state = user;
-    if (state->error[0]) return 1; /* report the first problem only */
-    int model_section = !strcmp(section, "model");
-    if (!model_section && section[0] != '\0') return 1;
-    if (!model_config_has_key(name)) {
-        if (!model_section) return 1;
-        snprintf(state->error, sizeof state->error, "unknown model key '%s' in [model]", name);
-        return 0;
-    }
-    if (model_config_set(state->config, name, value) != DT_OK) {
-        snprintf(state->error, sizeof state->error, "%s", dt_error_message());
-        return 0;
-    }
-    return 1;
-}
-
-static dt_status read_ini(const char *path, model_config *config) {
-    ini_state state = {config, {0}};
-    int rc = ini_parse(path, ini_handler_fn, &state);
-    if (rc < 0) return dt_errorf("%s: cannot read file", path);
-    if (state.error[0]) return dt_errorf("%s:%d: %s", path, rc, state.error);
-    if (rc > 0) return dt_errorf("%s:%d: not a `key = value` line", path, rc);
-    return DT_OK;
+    fprintf(out, "usage: dbranch info MODEL.h5|CONFIG.ini [--set key=value ...] [--context N]\n"
+                 "\n"
+                 "Prints parameter counts (primary, branch-only, total; per layer), FLOPs per\n"
+                 "token for prefill and per decode step, and the bytes of weights and KV cache\n"
+                 "one decode step reads (baseline, Decode-Branch grouped and un-grouped).\n"
+                 "\n"
+                 "  MODEL.h5        a model file or checkpoint (only /config is read)\n"
+                 "  CONFIG.ini      a config file as `dbranch train` reads it: the [model] keys give\n"
+                 "                  the model ([data] and [train] are the run's); a file without\n"
+                 "                  `family =` is nanogpt\n"
+                 "  --set key=value override one model key (repeatable; model.key=value too)\n"
+                 "  --context N     KV positions read per decode step (default block_size)\n"
+                 "  --keys          list the model keys: values or range, default, meaning\n");
 }
 
 static int is_hdf5_file(const char *path) {
@@ -114,19 +82,20 @@ static void print_info(const char *source, const model_info *info) {
            (long long)info->layer_params_branch, (long long)(info->layer_params_primary + info->layer_params_branch));
     char layers_label[32];
     snprintf(layers_label, sizeof layers_label, "x n_layer = %lld", (long long)c->n_layer);
-    printf("  %-20s %15lld %14lld %14lld\n", layers_label,
-           (long long)(c->n_layer * info->layer_params_primary), (long long)(c->n_layer * info->layer_params_branch),
+    printf("  %-20s %15lld %14lld %14lld\n", layers_label, (long long)(c->n_layer * info->layer_params_primary),
+           (long long)(c->n_layer * info->layer_params_branch),
            (long long)(c->n_layer * (info->layer_params_primary + info->layer_params_branch)));
     printf("  embeddings/head/norm %15lld %14lld %14lld\n", (long long)info->other_params_primary,
            (long long)info->other_params_branch, (long long)(info->other_params_primary + info->other_params_branch));
     printf("  total                %15lld %14lld %14lld   (%s, %s bytes fp32)\n", (long long)info->params_primary,
-           (long long)info->params_branch, (long long)info->params_total, human((double)info->params_total, a, sizeof a),
-           human(4.0 * (double)info->params_total, b, sizeof b));
+           (long long)info->params_branch, (long long)info->params_total,
+           human((double)info->params_total, a, sizeof a), human(4.0 * (double)info->params_total, b, sizeof b));
 
     const int64_t hd = model_head_dim(c);
     printf("\nmatmul parameters per token: primary %lld", (long long)info->matmul_params_primary);
     if (branch) printf(", branch row %lld (no K/V projections)", (long long)info->matmul_params_branch);
-    printf("\nprefill FLOPs/token (primary, T = block_size = %lld): 2 x %lld + n_layer x 4 x T x H*hd (%lld) = %.0f (%s)\n",
+    printf("\nprefill FLOPs/token (primary, T = block_size = %lld): 2 x %lld + n_layer x 4 x T x H*hd (%lld) = %.0f "
+           "(%s)\n",
            (long long)c->block_size, (long long)info->matmul_params_primary, (long long)(c->n_head * hd),
            info->prefill_flops_per_token, human(info->prefill_flops_per_token, a, sizeof a));
 
@@ -169,6 +138,15 @@ int cmd_info(int argc, char **argv) {
     }
     const char *path = NULL;
     long long context = 0;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--keys")) {
+            for (int k = 0; k < model_config_key_count(); k++) {
+                char text[256];
+                model_config_key_describe(k, text, sizeof text);
+                printf("%s\n", text);
+            }
+            return 0;
+        }
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--set") || !strcmp(argv[i], "--context")) {
             if (i + 1 >= argc) {
@@ -208,24 +186,12 @@ int cmd_info(int argc, char **argv) {
         if (model_load_config(&config, path) != DT_OK) return cli_fail("info");
         /* nanogpt's n_kv_head and d_ff only mirror n_head and 4C: let them follow a --set of those. */
         if (config.family == FAMILY_NANOGPT) config.n_kv_head = config.d_ff = 0;
-    } else if (read_ini(path, &config) != DT_OK) {
+    } else if (model_config_load_file(&config, path) != DT_OK) {
         return cli_fail("info");
     }
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--set") != 0) continue;
-        char pair[256];
-        snprintf(pair, sizeof pair, "%s", argv[++i]);
-        char *eq = strchr(pair, '=');
-        if (!eq) {
-            dt_errorf("--set '%s' is not key=value", pair);
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--set") && model_config_set_assignment(&config, argv[++i]) != DT_OK)
             return cli_fail("info");
-        }
-        *eq = '\0';
-        if (model_config_set(&config, pair, eq + 1) != DT_OK) {
-            dt_error_context("--set");
-            return cli_fail("info");
-        }
-    }
     model_info info;
     if (model_info_compute(&config, context, &info) != DT_OK) return cli_fail("info");
     print_info(path, &info);

@@ -12,7 +12,7 @@
 
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch train --config FILE [--set section.key=value ...] [--tokens N] [--resume CKPT]\n"
-                 "                     [--out DIR] [--threads N]\n"
+                 "                     [--out DIR] [--threads N] [--dry-run]\n"
                  "\n"
                  "Trains the model of a config file ([model], [data], [train] sections; see experiments/configs/)\n"
                  "until train.tokens training tokens have been seen (steps of batch_size x seq_len x grad_accum).\n"
@@ -24,7 +24,12 @@ static void usage(FILE *out) {
                  "  --resume CKPT      continue from a checkpoint: weights, optimizer state, data position and RNG;\n"
                  "                     the losses continue bit for bit as if the run had never stopped (same threads)\n"
                  "  --out DIR          output directory (train.out_dir): DIR/checkpoint.h5 and the JSON-lines log\n"
-                 "  --threads N        threads for BLIS and OpenMP (train.threads)\n"
+                 "  --threads N        threads for BLIS and OpenMP (train.threads, 1..1024)\n"
+                 "  --dry-run          print the resolved configuration and stop (no data read, nothing written)\n"
+                 "\n"
+                 "Options other than --set may be given once. With --resume, --tokens must be at least the tokens\n"
+                 "already trained. train.init_from = CKPT starts a new run from a checkpoint's weights (fresh\n"
+                 "optimizer and data; the model config must match).\n"
                  "\n"
                  "Prints the resolved configuration, then progress (a live line on a terminal, periodic lines\n"
                  "otherwise) and the final validation loss. A checkpoint is written every train.checkpoint_every\n"
@@ -52,16 +57,28 @@ static void install_stop_handlers(void) {
     sigaction(SIGTERM, &action, NULL);
 }
 
-/* The stored config of a checkpoint, as the starting point of a resumed run. */
-static dt_status config_from_checkpoint(train_config *cfg, const char *path) {
+/* A resumed run must continue the checkpoint's: a budget below what it has
+ * trained is an error, and training on another dataset is said out loud (a
+ * moved file is fine; a different corpus breaks the run's data order). */
+static dt_status check_resume(const train_config *cfg, const char *resume_path, const train_config *stored) {
     train_state state;
-    char *text = NULL;
-    if (train_checkpoint_read_state(path, &state, &text) != DT_OK) return DT_ERR;
-    char origin[TRAIN_PATH_MAX + 32];
-    snprintf(origin, sizeof origin, "%s (stored config)", path);
-    dt_status status = train_config_parse_string(cfg, text, origin);
+    if (train_checkpoint_read_state(resume_path, &state, NULL) != DT_OK) return DT_ERR;
+    if (cfg->tokens < state.tokens_seen)
+        return dt_errorf("train.tokens = %lld is below the %lld tokens %s has already trained (give a larger budget)",
+                         (long long)cfg->tokens, (long long)state.tokens_seen, resume_path);
+    if (strcmp(cfg->data_path, stored->data_path))
+        fprintf(stderr, "dbranch train: note: data.path is %s; %s was trained on %s\n", cfg->data_path, resume_path,
+                stored->data_path);
+    return DT_OK;
+}
+
+static void print_resolved(const train_config *cfg, const char *config_path) {
+    size_t length = train_config_format(cfg, NULL, 0);
+    char *text = malloc(length + 1);
+    if (!text) return;
+    train_config_format(cfg, text, length + 1);
+    printf("# resolved configuration%s%s\n%s\n", config_path ? " of " : "", config_path ? config_path : "", text);
     free(text);
-    return status;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -73,7 +90,8 @@ int cmd_train(int argc, char **argv) {
     /* Overrides in command-line order: --set pairs and the shorthands, applied after the file. */
     const char **overrides = calloc((size_t)argc + 1, sizeof *overrides);
     char(*shorthand)[TRAIN_PATH_MAX + 32] = calloc((size_t)argc + 1, sizeof *shorthand);
-    int n_overrides = 0, exit_code = 1;
+    int n_overrides = 0, exit_code = 1, dry_run = 0;
+    cli_seen seen = {0};
     if (!overrides || !shorthand) {
         fprintf(stderr, "dbranch train: out of memory\n");
         goto done;
@@ -81,6 +99,10 @@ int cmd_train(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(arg, "--dry-run")) {
+            dry_run = 1;
+            continue;
+        }
         const char *key = !strcmp(arg, "--tokens")    ? "train.tokens"
                           : !strcmp(arg, "--out")     ? "train.out_dir"
                           : !strcmp(arg, "--threads") ? "train.threads"
@@ -97,6 +119,11 @@ int cmd_train(int argc, char **argv) {
             goto done;
         }
         i++;
+        if (strcmp(arg, "--set") && cli_once(&seen, arg) != DT_OK) {
+            fprintf(stderr, "dbranch train: %s\n", dt_error_message());
+            exit_code = 2;
+            goto done;
+        }
         if (!strcmp(arg, "--config"))
             config_path = value;
         else if (!strcmp(arg, "--resume"))
@@ -115,13 +142,26 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
 
-    train_config cfg = train_config_default();
-    dt_status status = config_path ? train_config_load(&cfg, config_path) : config_from_checkpoint(&cfg, resume_path);
+    train_config cfg = train_config_default(), stored = train_config_default();
+    dt_status status = resume_path ? train_checkpoint_read_config(resume_path, &stored) : DT_OK;
+    if (status == DT_OK) {
+        if (config_path)
+            status = train_config_load(&cfg, config_path);
+        else
+            cfg = stored;
+    }
     for (int i = 0; status == DT_OK && i < n_overrides; i++)
         status = train_config_set(&cfg, overrides[i]);
     if (status == DT_OK) status = train_config_validate(&cfg);
+    if (status == DT_OK && resume_path) status = check_resume(&cfg, resume_path, &stored);
     if (status != DT_OK) {
         exit_code = cli_fail("train");
+        goto done;
+    }
+
+    if (dry_run) {
+        print_resolved(&cfg, config_path);
+        exit_code = 0;
         goto done;
     }
 
@@ -136,13 +176,7 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
     /* Printed once the run is set up, so a bad path or file is the only output. */
-    size_t length = train_config_format(&cfg, NULL, 0);
-    char *text = malloc(length + 1);
-    if (text) {
-        train_config_format(&cfg, text, length + 1);
-        printf("# resolved configuration%s%s\n%s\n", config_path ? " of " : "", config_path ? config_path : "", text);
-        free(text);
-    }
+    print_resolved(&cfg, config_path);
     fflush(stdout);
 
     trainer_result result;

@@ -4,6 +4,10 @@
 #ifndef CLI_COMMANDS_H
 #define CLI_COMMANDS_H
 
+#include <stdint.h>
+
+#include "core/error.h"
+
 typedef struct cli_command {
     const char *name;
     const char *summary;
@@ -22,5 +26,16 @@ int cmd_check_reference(int argc, char **argv);
 int cli_wants_help(int argc, char **argv);
 /* Prints "dbranch <cmd>: <dt_error_message()>" and returns 1. */
 int cli_fail(const char *command);
+
+/* cli/args.c. A decimal integer in [min, max]; the error names the option. */
+dt_status cli_parse_int(const char *option, const char *text, int64_t min, int64_t max, int64_t *out);
+/* Options that take one value, seen so far on a command line. */
+enum { CLI_MAX_OPTIONS = 32 };
+typedef struct cli_seen {
+    const char *options[CLI_MAX_OPTIONS];
+    int n;
+} cli_seen;
+/* Records option; an error when it was already given. */
+dt_status cli_once(cli_seen *seen, const char *option);
 
 #endif

@@ -9,7 +9,7 @@
  * token (in a rotating order), with one probe pass per round, so slow drifts
  * of a shared machine hit all three modes and the yardstick alike and the
  * ratios are measured in one run. */
-#include <ini.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +23,7 @@
 #include "eval/decode.h"
 #include "eval/matvec.h"
 #include "kernels/gemm.h"
+#include "models/config_file.h"
 #include "models/model_io.h"
 
 enum { N_MODES = 3, MAX_SETS = 32, DEFAULT_PROBE_EVERY = 4 };
@@ -89,39 +90,12 @@ static void usage(FILE *out) {
 
 /* ---- model from a config file ([model] section, SPEC §4 keys) ------------- */
 
-typedef struct ini_state {
-    model_config *config;
-    const char *path;
-    int failed;
-} ini_state;
-
-static int on_ini_entry(void *user, const char *section, const char *name, const char *value) {
-    ini_state *st = user;
-    if (strcmp(section, "model") != 0) return 1; /* other sections belong to other tools */
-    if (model_config_set(st->config, name, value) != DT_OK) {
-        dt_error_context("%s [model]", st->path);
-        st->failed = 1;
-        return 0;
-    }
-    return 1;
-}
-
 static dt_status read_model_ini(const char *path, const char *const *sets, int n_sets, model_config *config) {
-    *config = model_config_default(FAMILY_LLAMA);
-    ini_state st = {.config = config, .path = path};
-    int line = ini_parse(path, on_ini_entry, &st);
-    if (st.failed) return DT_ERR;
-    if (line < 0) return dt_errorf("%s: cannot open", path);
-    if (line > 0) return dt_errorf("%s: syntax error on line %d", path, line);
-    for (int i = 0; i < n_sets; i++) {
-        char key[128];
-        const char *eq = strchr(sets[i], '=');
-        if (!eq || eq == sets[i] || (size_t)(eq - sets[i]) >= sizeof key)
-            return dt_errorf("--set %s: expected KEY=VALUE", sets[i]);
-        memcpy(key, sets[i], (size_t)(eq - sets[i]));
-        key[eq - sets[i]] = '\0';
-        if (model_config_set(config, key, eq + 1) != DT_OK) return dt_error_context("--set");
-    }
+    /* The one config-file reader (models/config_file.h): the same model `train` and `info` see. */
+    *config = model_config_default(FAMILY_NANOGPT);
+    if (model_config_load_file(config, path) != DT_OK) return DT_ERR;
+    for (int i = 0; i < n_sets; i++)
+        if (model_config_set_assignment(config, sets[i]) != DT_OK) return DT_ERR;
     return model_config_validate(config);
 }
 
@@ -129,8 +103,9 @@ static dt_status read_model_ini(const char *path, const char *const *sets, int n
 
 static int parse_int64(const char *text, int64_t min, int64_t *out) {
     char *end;
+    errno = 0;
     long long v = strtoll(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || v < min) return 0;
+    if (*text == '\0' || *end != '\0' || errno == ERANGE || v < min) return 0;
     *out = v;
     return 1;
 }
@@ -170,7 +145,8 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
         } else if (!strcmp(a, "--tokens")) {
             if (!parse_int64(v, 1, &o->n_tokens)) return dt_errorf("--tokens %s: expected an integer >= 1", v);
         } else if (!strcmp(a, "--threads")) {
-            if (!parse_int64(v, 1, &n) || n > 1024) return dt_errorf("--threads %s: expected an integer >= 1", v);
+            if (!parse_int64(v, 1, &n) || n > K_MAX_THREADS)
+                return dt_errorf("--threads %s: expected an integer in [1, %d]", v, K_MAX_THREADS);
             o->threads = (int)n;
         } else if (!strcmp(a, "--probe-mib")) {
             if (!parse_int64(v, 1, &o->probe_mib)) return dt_errorf("--probe-mib %s: expected an integer >= 1", v);

@@ -24,7 +24,9 @@ void k_linear_forward(float *out, const float *in, const float *weight, const fl
 void k_linear_backward(float *d_in, float *d_weight, float *d_bias, const float *d_out, const float *in,
                        const float *weight, int64_t M, int64_t K, int64_t N);
 
-/* Sets the thread count used by BLIS and by the OpenMP kernels. */
+/* Sets the thread count used by BLIS and by the OpenMP kernels. Every
+ * command that takes a thread count accepts 1..K_MAX_THREADS (one limit). */
+enum { K_MAX_THREADS = 1024 };
 void k_set_threads(int n_threads);
 int k_get_threads(void);
 

@@ -1,199 +1,99 @@
-/* Model configuration (SPEC §4): defaults per family, parsing of the keys from
- * text (config files, --set, checkpoint attributes all go through
+/* Model configuration (SPEC §4, §6): the key table generated from
+ * models/config_keys.def, defaults per family, parsing of the keys from text
+ * (config files, --set, checkpoint attributes all go through
  * model_config_set), and validation that fills the neutral values and rejects
  * every inconsistent combination with a message naming the key and value.
  *
- * One table lists the keys in SPEC order; checkpoints, `dbranch info` and the
- * parser all walk it, so a key cannot be written but not read. */
+ * Checkpoints, `dbranch info`, the resume check and the parser all walk the
+ * one table, so a key cannot be written but not read; the per-key work
+ * (parse, format, range, default) is generic over the key's kind. */
 #include "models/config.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum {
-    KEY_FAMILY,
-    KEY_VOCAB_SIZE,
-    KEY_BLOCK_SIZE,
-    KEY_N_LAYER,
-    KEY_N_HEAD,
-    KEY_N_KV_HEAD,
-    KEY_D_MODEL,
-    KEY_D_FF,
-    KEY_N_EXPERT,
-    KEY_TOP_K,
-    KEY_TOP_K_BRANCH,
-    KEY_BRANCH,
-    KEY_BRANCH_ROUTING,
-    KEY_MIX_ALPHA_MIN,
-    KEY_MIX_ALPHA_MAX,
-    KEY_AUX_LOSS_COEF,
-    KEY_TIE_EMBEDDINGS,
-    KEY_NORM_EPS,
-    KEY_ROPE_THETA,
-    KEY_COUPLE,
-    KEY_SHARE,
-    KEY_BRANCH_EMB,
-    KEY_DETACH_PRIMARY,
-    KEY_ALPHA_DETACH,
-    KEY_COUNT
-} key_id;
+#include "models/config_value.h"
 
-/* How a key's text is parsed: sizes are integers, flags 0/1, switches on/off. */
-typedef enum { PARSE_SIZE, PARSE_REAL, PARSE_FLAG, PARSE_ONOFF, PARSE_ENUM } parse_kind;
+typedef enum { KIND_INT, KIND_REAL, KIND_FLAG, KIND_ONOFF, KIND_WORD, KIND_TEXT } key_kind;
 
 typedef struct {
     const char *name;
-    parse_kind parse;
-    model_key_kind stored; /* attribute type in a checkpoint */
+    key_kind kind;
+    const char *words[8];    /* WORD: the enum's values in order, NULL-terminated */
+    const char *defaults[3]; /* per family, as text */
+    config_range range;      /* INT, REAL */
+    int spec;                /* 4: required in /config; 6: optional, not implemented yet */
+    const char *help;
+    size_t offset, size; /* the field in model_config */
 } key_spec;
 
-static const key_spec keys[KEY_COUNT] = {
-    [KEY_FAMILY] = {"family", PARSE_ENUM, MODEL_KEY_WORD},
-    [KEY_VOCAB_SIZE] = {"vocab_size", PARSE_SIZE, MODEL_KEY_INT},
-    [KEY_BLOCK_SIZE] = {"block_size", PARSE_SIZE, MODEL_KEY_INT},
-    [KEY_N_LAYER] = {"n_layer", PARSE_SIZE, MODEL_KEY_INT},
-    [KEY_N_HEAD] = {"n_head", PARSE_SIZE, MODEL_KEY_INT},
-    [KEY_N_KV_HEAD] = {"n_kv_head", PARSE_SIZE, MODEL_KEY_INT},
-    [KEY_D_MODEL] = {"d_model", PARSE_SIZE, MODEL_KEY_INT},
-    [KEY_D_FF] = {"d_ff", PARSE_SIZE, MODEL_KEY_INT},
-    [KEY_N_EXPERT] = {"n_expert", PARSE_SIZE, MODEL_KEY_INT},
-    [KEY_TOP_K] = {"top_k", PARSE_SIZE, MODEL_KEY_INT},
-    [KEY_TOP_K_BRANCH] = {"top_k_branch", PARSE_SIZE, MODEL_KEY_INT},
-    [KEY_BRANCH] = {"branch", PARSE_ENUM, MODEL_KEY_WORD},
-    [KEY_BRANCH_ROUTING] = {"branch_routing", PARSE_ENUM, MODEL_KEY_WORD},
-    [KEY_MIX_ALPHA_MIN] = {"mix_alpha_min", PARSE_REAL, MODEL_KEY_REAL},
-    [KEY_MIX_ALPHA_MAX] = {"mix_alpha_max", PARSE_REAL, MODEL_KEY_REAL},
-    [KEY_AUX_LOSS_COEF] = {"aux_loss_coef", PARSE_REAL, MODEL_KEY_REAL},
-    [KEY_TIE_EMBEDDINGS] = {"tie_embeddings", PARSE_FLAG, MODEL_KEY_INT},
-    [KEY_NORM_EPS] = {"norm_eps", PARSE_REAL, MODEL_KEY_REAL},
-    [KEY_ROPE_THETA] = {"rope_theta", PARSE_REAL, MODEL_KEY_REAL},
-    [KEY_COUPLE] = {"couple", PARSE_ONOFF, MODEL_KEY_WORD},
-    [KEY_SHARE] = {"share", PARSE_ONOFF, MODEL_KEY_WORD},
-    [KEY_BRANCH_EMB] = {"branch_emb", PARSE_ENUM, MODEL_KEY_WORD},
-    [KEY_DETACH_PRIMARY] = {"detach_primary", PARSE_FLAG, MODEL_KEY_INT},
-    [KEY_ALPHA_DETACH] = {"alpha_detach", PARSE_FLAG, MODEL_KEY_INT},
+#define WORDS(...)                                                                                                     \
+    { __VA_ARGS__, NULL }
+#define NO_WORDS                                                                                                       \
+    { NULL }
+#define BY_FAMILY(nanogpt, llama, moe)                                                                                 \
+    { nanogpt, llama, moe }
+#define ALL(value)                                                                                                     \
+    { value, value, value }
+#define MODEL_KEY(name, kind, ctype, words, defaults, range, spec, help)                                               \
+    {#name,                                                                                                            \
+     KIND_##kind,                                                                                                      \
+     words,                                                                                                            \
+     defaults,                                                                                                         \
+     {range},                                                                                                          \
+     spec,                                                                                                             \
+     help,                                                                                                             \
+     offsetof(model_config, name),                                                                                     \
+     sizeof(((model_config *)0)->name)},
+static const key_spec keys[MODEL_KEY_COUNT] = {
+#include "models/config_keys.def"
 };
+#undef MODEL_KEY
 
-/* Sizes beyond this are typos, and keeping every size below 2^31 keeps the
- * products of three sizes (expert tensors) inside int64. */
-static const int64_t max_size = INT64_C(1) << 31;
+_Static_assert(MODEL_KEY_COUNT <= 64, "explicit_keys has one bit per key");
 
-int model_config_key_count(void) { return KEY_COUNT; }
-const char *model_config_key(int index) { return index >= 0 && index < KEY_COUNT ? keys[index].name : NULL; }
-model_key_kind model_config_key_kind(int index) {
-    return index >= 0 && index < KEY_COUNT ? keys[index].stored : MODEL_KEY_WORD;
-}
+/* ---- values shared with the run keys (config_value.h) ---- */
 
-static int find_key(const char *key) {
-    for (int i = 0; i < KEY_COUNT; i++)
-        if (!strcmp(keys[i].name, key)) return i;
-    return -1;
-}
-
-int model_config_has_key(const char *key) { return key && find_key(key) >= 0; }
-
-const char *model_family_name(model_family family) {
-    switch (family) {
-    case FAMILY_NANOGPT: return "nanogpt";
-    case FAMILY_LLAMA: return "llama";
-    case FAMILY_MOE: return "moe";
-    }
-    return "?";
-}
-
-const char *model_branch_name(model_branch branch) { return branch == BRANCH_DECODE ? "decode" : "none"; }
-const char *model_routing_name(model_routing routing) { return routing == ROUTING_OWN ? "own" : "replay"; }
-const char *model_branch_emb_name(model_branch_emb branch_emb) {
-    return branch_emb == BRANCH_EMB_SHARED ? "shared" : "own";
-}
-
-model_config model_config_default(model_family family) {
-    model_config c;
-    memset(&c, 0, sizeof c);
-    c.family = family;
-    c.vocab_size = 256; /* the byte tokenizer */
-    c.block_size = 256;
-    c.n_layer = 4;
-    c.n_head = 4;
-    c.n_kv_head = 0; /* derive: n_head */
-    c.d_model = 128;
-    c.d_ff = 0; /* derive: 4C (nanogpt) or the llama2.c width (llama, moe) */
-    c.n_expert = family == FAMILY_MOE ? 4 : 0;
-    c.top_k = family == FAMILY_MOE ? 2 : 0;
-    c.top_k_branch = 0; /* derive: top_k */
-    c.branch = BRANCH_NONE;
-    c.branch_routing = ROUTING_REPLAY;
-    c.mix_alpha_min = 0.5;
-    c.mix_alpha_max = 1.0;
-    c.aux_loss_coef = 0.01;
-    c.tie_embeddings = family == FAMILY_NANOGPT; /* GPT-2 ties; llama and Mixtral do not */
-    c.norm_eps = 1e-5;
-    c.rope_theta = 10000.0;
-    c.couple = 1;
-    c.share = 1;
-    c.branch_emb = BRANCH_EMB_OWN;
-    c.detach_primary = 0;
-    c.alpha_detach = 0;
-    c.explicit_keys = 0;
-    return c;
-}
-
-/* Copies one key's value; used to re-apply family defaults. */
-static void copy_key(model_config *dst, const model_config *src, key_id id) {
-    switch (id) {
-    case KEY_FAMILY: dst->family = src->family; break;
-    case KEY_VOCAB_SIZE: dst->vocab_size = src->vocab_size; break;
-    case KEY_BLOCK_SIZE: dst->block_size = src->block_size; break;
-    case KEY_N_LAYER: dst->n_layer = src->n_layer; break;
-    case KEY_N_HEAD: dst->n_head = src->n_head; break;
-    case KEY_N_KV_HEAD: dst->n_kv_head = src->n_kv_head; break;
-    case KEY_D_MODEL: dst->d_model = src->d_model; break;
-    case KEY_D_FF: dst->d_ff = src->d_ff; break;
-    case KEY_N_EXPERT: dst->n_expert = src->n_expert; break;
-    case KEY_TOP_K: dst->top_k = src->top_k; break;
-    case KEY_TOP_K_BRANCH: dst->top_k_branch = src->top_k_branch; break;
-    case KEY_BRANCH: dst->branch = src->branch; break;
-    case KEY_BRANCH_ROUTING: dst->branch_routing = src->branch_routing; break;
-    case KEY_MIX_ALPHA_MIN: dst->mix_alpha_min = src->mix_alpha_min; break;
-    case KEY_MIX_ALPHA_MAX: dst->mix_alpha_max = src->mix_alpha_max; break;
-    case KEY_AUX_LOSS_COEF: dst->aux_loss_coef = src->aux_loss_coef; break;
-    case KEY_TIE_EMBEDDINGS: dst->tie_embeddings = src->tie_embeddings; break;
-    case KEY_NORM_EPS: dst->norm_eps = src->norm_eps; break;
-    case KEY_ROPE_THETA: dst->rope_theta = src->rope_theta; break;
-    case KEY_COUPLE: dst->couple = src->couple; break;
-    case KEY_SHARE: dst->share = src->share; break;
-    case KEY_BRANCH_EMB: dst->branch_emb = src->branch_emb; break;
-    case KEY_DETACH_PRIMARY: dst->detach_primary = src->detach_primary; break;
-    case KEY_ALPHA_DETACH: dst->alpha_detach = src->alpha_detach; break;
-    case KEY_COUNT: break;
-    }
-}
-
-/* Surrounding blanks are forgiven (INI values, hand-typed --set); nothing else is. */
-static void trim(const char *value, char *out, size_t capacity) {
-    while (*value && isspace((unsigned char)*value)) value++;
+dt_status config_trim(const char *key, const char *value, char *out, int capacity) {
+    while (*value && isspace((unsigned char)*value))
+        value++;
     size_t n = strlen(value);
-    while (n > 0 && isspace((unsigned char)value[n - 1])) n--;
-    if (n >= capacity) n = capacity - 1;
+    while (n > 0 && isspace((unsigned char)value[n - 1]))
+        n--;
+    if (n >= (size_t)capacity) return dt_errorf("%s: value longer than %d bytes", key, capacity - 1);
     memcpy(out, value, n);
     out[n] = '\0';
-}
-
-static dt_status parse_int(const char *key, const char *text, int64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (text[0] == '\0' || end == text || *end != '\0') return dt_errorf("%s = '%s' is not an integer", key, text);
-    if (errno == ERANGE || v > max_size || v < -max_size) return dt_errorf("%s = '%s' is out of range", key, text);
-    *out = (int64_t)v;
     return DT_OK;
 }
 
-static dt_status parse_real(const char *key, const char *text, double *out) {
+dt_status config_parse_int(const char *key, const char *text, int allow_exponent, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (text[0] != '\0' && end != text && *end == '\0') {
+        if (errno == ERANGE) return dt_errorf("%s = '%s' is out of range (beyond 64 bits)", key, text);
+        *out = (int64_t)v;
+        return DT_OK;
+    }
+    if (allow_exponent) {
+        errno = 0;
+        double d = strtod(text, &end);
+        /* errno: "1e-400" underflows to 0 and "1e400" overflows; neither is the integer written. */
+        if (text[0] != '\0' && end != text && *end == '\0' && errno == 0 && isfinite(d) && d == floor(d) &&
+            fabs(d) <= 9007199254740992.0) {
+            *out = (int64_t)d;
+            return DT_OK;
+        }
+    }
+    return dt_errorf("%s = '%s' is not an integer", key, text);
+}
+
+dt_status config_parse_real(const char *key, const char *text, double *out) {
     char *end = NULL;
     errno = 0;
     double v = strtod(text, &end);
@@ -203,130 +103,261 @@ static dt_status parse_real(const char *key, const char *text, double *out) {
     return DT_OK;
 }
 
-/* Flags (tie_embeddings, detach_primary, alpha_detach) are 0|1 in SPEC §4;
- * the on/off switches (couple, share) are words. Each accepts the other
- * spelling too, because users mix them up and the meaning is unambiguous. */
-static dt_status parse_bool(const char *key, const char *text, int *out) {
-    if (!strcmp(text, "1") || !strcmp(text, "on")) *out = 1;
-    else if (!strcmp(text, "0") || !strcmp(text, "off")) *out = 0;
-    else return dt_errorf("%s = '%s' must be on|off (or 1|0)", key, text);
-    return DT_OK;
-}
-
-/* The field behind a numeric key (NULL for the word keys). */
-static int64_t *size_field(model_config *c, key_id id) {
-    switch (id) {
-    case KEY_VOCAB_SIZE: return &c->vocab_size;
-    case KEY_BLOCK_SIZE: return &c->block_size;
-    case KEY_N_LAYER: return &c->n_layer;
-    case KEY_N_HEAD: return &c->n_head;
-    case KEY_N_KV_HEAD: return &c->n_kv_head;
-    case KEY_D_MODEL: return &c->d_model;
-    case KEY_D_FF: return &c->d_ff;
-    case KEY_N_EXPERT: return &c->n_expert;
-    case KEY_TOP_K: return &c->top_k;
-    case KEY_TOP_K_BRANCH: return &c->top_k_branch;
-    default: return NULL;
-    }
-}
-
-static double *real_field(model_config *c, key_id id) {
-    switch (id) {
-    case KEY_MIX_ALPHA_MIN: return &c->mix_alpha_min;
-    case KEY_MIX_ALPHA_MAX: return &c->mix_alpha_max;
-    case KEY_AUX_LOSS_COEF: return &c->aux_loss_coef;
-    case KEY_NORM_EPS: return &c->norm_eps;
-    case KEY_ROPE_THETA: return &c->rope_theta;
-    default: return NULL;
-    }
-}
-
-static int *bool_field(model_config *c, key_id id) {
-    switch (id) {
-    case KEY_TIE_EMBEDDINGS: return &c->tie_embeddings;
-    case KEY_COUPLE: return &c->couple;
-    case KEY_SHARE: return &c->share;
-    case KEY_DETACH_PRIMARY: return &c->detach_primary;
-    case KEY_ALPHA_DETACH: return &c->alpha_detach;
-    default: return NULL;
-    }
-}
-
-dt_status model_config_set(model_config *config, const char *key, const char *value) {
-    if (!key) return dt_errorf("model key is NULL");
-    int id = find_key(key);
-    if (id < 0) return dt_errorf("unknown model key '%s'", key);
-    if (!value) return dt_errorf("%s has no value", key);
-    char text[256];
-    trim(value, text, sizeof text);
-
-    dt_status status = DT_OK;
-    switch (keys[id].parse) {
-    case PARSE_SIZE: status = parse_int(key, text, size_field(config, (key_id)id)); break;
-    case PARSE_REAL: status = parse_real(key, text, real_field(config, (key_id)id)); break;
-    case PARSE_FLAG:
-    case PARSE_ONOFF: status = parse_bool(key, text, bool_field(config, (key_id)id)); break;
-    case PARSE_ENUM:
-        if (id == KEY_FAMILY) {
-            model_family family;
-            if (!strcmp(text, "nanogpt")) family = FAMILY_NANOGPT;
-            else if (!strcmp(text, "llama")) family = FAMILY_LLAMA;
-            else if (!strcmp(text, "moe")) family = FAMILY_MOE;
-            else return dt_errorf("family = '%s' must be nanogpt|llama|moe", text);
-            /* The keys not set explicitly take the new family's defaults
-             * (tie_embeddings, n_expert, top_k), whatever order a file uses. */
-            model_config defaults = model_config_default(family);
-            for (int i = 0; i < KEY_COUNT; i++)
-                if (!(config->explicit_keys & (UINT32_C(1) << i))) copy_key(config, &defaults, (key_id)i);
-            config->family = family;
-        } else if (id == KEY_BRANCH) {
-            if (!strcmp(text, "none")) config->branch = BRANCH_NONE;
-            else if (!strcmp(text, "decode")) config->branch = BRANCH_DECODE;
-            else return dt_errorf("branch = '%s' must be none|decode", text);
-        } else if (id == KEY_BRANCH_ROUTING) {
-            if (!strcmp(text, "replay")) config->branch_routing = ROUTING_REPLAY;
-            else if (!strcmp(text, "own")) config->branch_routing = ROUTING_OWN;
-            else return dt_errorf("branch_routing = '%s' must be replay|own", text);
-        } else { /* KEY_BRANCH_EMB */
-            if (!strcmp(text, "own")) config->branch_emb = BRANCH_EMB_OWN;
-            else if (!strcmp(text, "shared")) config->branch_emb = BRANCH_EMB_SHARED;
-            else return dt_errorf("branch_emb = '%s' must be own|shared", text);
-        }
-        break;
-    }
-    if (status != DT_OK) return status;
-    config->explicit_keys |= UINT32_C(1) << id;
-    return DT_OK;
-}
-
-/* The shortest "%.Ng" that reads back as the same double: 1e-05, not 1.0000000000000001e-05. */
-static void format_real(double value, char *text, int capacity) {
+void config_format_real(double value, char *text, int capacity) {
     for (int digits = 6; digits <= 17; digits++) {
         snprintf(text, capacity, "%.*g", digits, value);
         if (strtod(text, NULL) == value) return;
     }
 }
 
-dt_status model_config_get(const model_config *config, const char *key, char *text, int capacity) {
-    int id = key ? find_key(key) : -1;
-    if (id < 0) return dt_errorf("unknown model key '%s'", key ? key : "(null)");
-    if (!text || capacity < 2) return dt_errorf("model key '%s': no room for its value", key);
-    model_config *c = (model_config *)config; /* the field helpers are shared with the setter; nothing is written */
-    switch (keys[id].parse) {
-    case PARSE_SIZE: snprintf(text, capacity, "%lld", (long long)*size_field(c, (key_id)id)); break;
-    case PARSE_REAL: format_real(*real_field(c, (key_id)id), text, capacity); break;
-    case PARSE_FLAG: snprintf(text, capacity, "%d", *bool_field(c, (key_id)id)); break;
-    case PARSE_ONOFF: snprintf(text, capacity, "%s", *bool_field(c, (key_id)id) ? "on" : "off"); break;
-    case PARSE_ENUM:
-        snprintf(text, capacity, "%s",
-                 id == KEY_FAMILY           ? model_family_name(c->family)
-                 : id == KEY_BRANCH         ? model_branch_name(c->branch)
-                 : id == KEY_BRANCH_ROUTING ? model_routing_name(c->branch_routing)
-                                            : model_branch_emb_name(c->branch_emb));
+/* Integers as integers (2147483648, not 2.14748e+09). */
+static void format_number(double value, char *text, int capacity) {
+    if (value == floor(value) && fabs(value) < 1e17)
+        snprintf(text, capacity, "%.0f", value);
+    else
+        config_format_real(value, text, capacity);
+}
+
+void config_range_format(const config_range *r, char *text, int capacity) {
+    char lo[32], hi[32];
+    format_number(r->lo, lo, sizeof lo);
+    format_number(r->hi, hi, sizeof hi);
+    snprintf(text, capacity, "%c%s, %s%c", r->lo_open ? '(' : '[', lo, hi, r->hi_open ? ')' : ']');
+}
+
+dt_status config_range_check(const char *key, double value, const config_range *r) {
+    if (!config_range_is_set(r)) return DT_OK;
+    int ok = (r->lo_open ? value > r->lo : value >= r->lo) && (r->hi_open ? value < r->hi : value <= r->hi);
+    if (ok) return DT_OK;
+    char range[80], shown[32];
+    config_range_format(r, range, sizeof range);
+    format_number(value, shown, sizeof shown);
+    return dt_errorf("%s = %s must be in %s", key, shown, range);
+}
+
+/* ---- the table ---- */
+
+int model_config_key_count(void) { return MODEL_KEY_COUNT; }
+const char *model_config_key(int index) { return index >= 0 && index < MODEL_KEY_COUNT ? keys[index].name : NULL; }
+
+model_key_kind model_config_key_kind(int index) {
+    if (index < 0 || index >= MODEL_KEY_COUNT) return MODEL_KEY_WORD;
+    switch (keys[index].kind) {
+    case KIND_INT:
+    case KIND_FLAG:
+        return MODEL_KEY_INT;
+    case KIND_REAL:
+        return MODEL_KEY_REAL;
+    default:
+        return MODEL_KEY_WORD;
+    }
+}
+
+int model_config_key_required(int index) { return index >= 0 && index < MODEL_KEY_COUNT && keys[index].spec == 4; }
+
+int model_config_find_key(const char *key) {
+    for (int i = 0; key && i < MODEL_KEY_COUNT; i++)
+        if (!strcmp(keys[i].name, key)) return i;
+    return -1;
+}
+
+int model_config_has_key(const char *key) { return model_config_find_key(key) >= 0; }
+
+/* Word v of a WORD key, or NULL. */
+static const char *word_at(int id, int v) {
+    for (int i = 0; keys[id].words[i]; i++)
+        if (i == v) return keys[id].words[i];
+    return NULL;
+}
+
+static int word_index(int id, const char *text) {
+    for (int i = 0; keys[id].words[i]; i++)
+        if (!strcmp(keys[id].words[i], text)) return i;
+    return -1;
+}
+
+/* "a|b|c" for messages and help. */
+static void word_list(int id, char *text, int capacity) {
+    text[0] = '\0';
+    for (int i = 0; keys[id].words[i]; i++)
+        snprintf(text + strlen(text), capacity - strlen(text), "%s%s", i ? "|" : "", keys[id].words[i]);
+}
+
+static const char *name_or_unknown(int id, int v) {
+    const char *name = word_at(id, v);
+    return name ? name : "?";
+}
+
+const char *model_family_name(model_family family) { return name_or_unknown(MODEL_KEY_family, (int)family); }
+const char *model_branch_name(model_branch branch) { return name_or_unknown(MODEL_KEY_branch, (int)branch); }
+const char *model_routing_name(model_routing routing) {
+    return name_or_unknown(MODEL_KEY_branch_routing, (int)routing);
+}
+const char *model_branch_emb_name(model_branch_emb branch_emb) {
+    return name_or_unknown(MODEL_KEY_branch_emb, (int)branch_emb);
+}
+
+/* ---- parsing and formatting one key ---- */
+
+static void *field_of(model_config *c, int id) { return (char *)c + keys[id].offset; }
+static const void *const_field_of(const model_config *c, int id) { return (const char *)c + keys[id].offset; }
+
+/* Parses text for key id into its field; the config is unchanged on error.
+ * Ranges are model_config_validate's (a struct may also be filled by hand). */
+static dt_status parse_value(model_config *c, int id, const char *text) {
+    const key_spec *k = &keys[id];
+    void *field = field_of(c, id);
+    switch (k->kind) {
+    case KIND_INT: {
+        int64_t v = 0;
+        if (config_parse_int(k->name, text, 0, &v) != DT_OK) return DT_ERR;
+        *(int64_t *)field = v;
+        return DT_OK;
+    }
+    case KIND_REAL: {
+        double v = 0.0;
+        if (config_parse_real(k->name, text, &v) != DT_OK) return DT_ERR;
+        *(double *)field = v;
+        return DT_OK;
+    }
+    case KIND_FLAG:
+    case KIND_ONOFF:
+        /* Flags are 0|1 in SPEC §4, switches on|off; each accepts the other
+         * spelling, because users mix them up and the meaning is unambiguous. */
+        if (!strcmp(text, "1") || !strcmp(text, "on"))
+            *(int *)field = 1;
+        else if (!strcmp(text, "0") || !strcmp(text, "off"))
+            *(int *)field = 0;
+        else
+            return dt_errorf("%s = '%s' must be on|off (or 1|0)", k->name, text);
+        return DT_OK;
+    case KIND_WORD: {
+        int v = word_index(id, text);
+        if (v < 0) {
+            char words[128];
+            word_list(id, words, sizeof words);
+            return dt_errorf("%s = '%s' must be %s", k->name, text, words);
+        }
+        memcpy(field, &v, sizeof v); /* enums are int-sized (static assert below) */
+        return DT_OK;
+    }
+    case KIND_TEXT:
+        if (strlen(text) >= k->size) return dt_errorf("%s: value longer than %d bytes", k->name, (int)k->size - 1);
+        memcpy(field, text, strlen(text) + 1);
+        return DT_OK;
+    }
+    return DT_ERR;
+}
+
+_Static_assert(sizeof(model_family) == sizeof(int) && sizeof(model_ffn) == sizeof(int), "WORD fields are ints");
+
+static void format_value(const model_config *c, int id, char *text, int capacity) {
+    const key_spec *k = &keys[id];
+    const void *field = const_field_of(c, id);
+    int v;
+    switch (k->kind) {
+    case KIND_INT:
+        snprintf(text, capacity, "%lld", (long long)*(const int64_t *)field);
+        break;
+    case KIND_REAL:
+        config_format_real(*(const double *)field, text, capacity);
+        break;
+    case KIND_FLAG:
+        snprintf(text, capacity, "%d", *(const int *)field);
+        break;
+    case KIND_ONOFF:
+        snprintf(text, capacity, "%s", *(const int *)field ? "on" : "off");
+        break;
+    case KIND_WORD:
+        memcpy(&v, field, sizeof v);
+        if (word_at(id, v))
+            snprintf(text, capacity, "%s", word_at(id, v));
+        else
+            snprintf(text, capacity, "%d", v);
+        break;
+    case KIND_TEXT:
+        snprintf(text, capacity, "%s", (const char *)field);
         break;
     }
+}
+
+model_config model_config_default(model_family family) {
+    model_config c;
+    memset(&c, 0, sizeof c);
+    int f = (int)family >= FAMILY_NANOGPT && (int)family <= FAMILY_MOE ? (int)family : FAMILY_NANOGPT;
+    for (int i = 0; i < MODEL_KEY_COUNT; i++)
+        parse_value(&c, i, keys[i].defaults[f]); /* the table's defaults parse (tests/test_models_config.c) */
+    c.family = family;
+    c.explicit_keys = 0;
+    return c;
+}
+
+dt_status model_config_set(model_config *config, const char *key, const char *value) {
+    if (!key) return dt_errorf("model key is NULL");
+    int id = model_config_find_key(key);
+    if (id < 0) return dt_errorf("unknown model key '%s'", key);
+    if (!value) return dt_errorf("%s has no value", key);
+    char text[MODEL_TEXT_MAX];
+    if (config_trim(key, value, text, sizeof text) != DT_OK) return DT_ERR;
+    model_config next = *config;
+    if (parse_value(&next, id, text) != DT_OK) return DT_ERR;
+    if (id == MODEL_KEY_family) {
+        /* The keys not set explicitly take the new family's defaults
+         * (tie_embeddings, n_expert, top_k), whatever order a file uses. */
+        model_config defaults = model_config_default(next.family);
+        for (int i = 0; i < MODEL_KEY_COUNT; i++)
+            if (!(config->explicit_keys & (UINT64_C(1) << i)))
+                memcpy(field_of(&next, i), const_field_of(&defaults, i), keys[i].size);
+    }
+    next.explicit_keys |= UINT64_C(1) << id;
+    *config = next;
     return DT_OK;
 }
+
+dt_status model_config_get(const model_config *config, const char *key, char *text, int capacity) {
+    int id = model_config_find_key(key);
+    if (id < 0) return dt_errorf("unknown model key '%s'", key ? key : "(null)");
+    if (!text || capacity < 2) return dt_errorf("model key '%s': no room for its value", key);
+    format_value(config, id, text, capacity);
+    return DT_OK;
+}
+
+void model_config_key_describe(int index, char *text, int capacity) {
+    if (index < 0 || index >= MODEL_KEY_COUNT) {
+        snprintf(text, capacity, "?");
+        return;
+    }
+    const key_spec *k = &keys[index];
+    char values[96] = "", defaults[96];
+    switch (k->kind) {
+    case KIND_INT:
+    case KIND_REAL:
+        snprintf(values, sizeof values, "%s in ", k->kind == KIND_INT ? "integer" : "real");
+        config_range_format(&k->range, values + strlen(values), (int)(sizeof values - strlen(values)));
+        break;
+    case KIND_FLAG:
+        snprintf(values, sizeof values, "0|1");
+        break;
+    case KIND_ONOFF:
+        snprintf(values, sizeof values, "on|off");
+        break;
+    case KIND_WORD:
+        word_list(index, values, sizeof values);
+        break;
+    case KIND_TEXT:
+        snprintf(values, sizeof values, "text");
+        break;
+    }
+    if (!strcmp(k->defaults[0], k->defaults[1]) && !strcmp(k->defaults[0], k->defaults[2]))
+        snprintf(defaults, sizeof defaults, "'%s'", k->defaults[0]);
+    else
+        snprintf(defaults, sizeof defaults, "nanogpt '%s', llama '%s', moe '%s'", k->defaults[0], k->defaults[1],
+                 k->defaults[2]);
+    snprintf(text, capacity, "%-16s %s; default %s%s: %s", k->name, values, defaults,
+             k->spec == 6 ? " (not implemented yet)" : "", k->help);
+}
+
+/* ---- validation ---- */
 
 /* llama2.c's FFN width for d_ff = 0: two thirds of 4C (SwiGLU has three
  * matrices instead of two, so this keeps the MLP's parameter count at about
@@ -336,43 +367,103 @@ static int64_t llama_ffn_width(int64_t d_model) {
     return (hidden + 31) / 32 * 32;
 }
 
-static dt_status check_positive(const char *key, int64_t value) {
-    if (value <= 0) return dt_errorf("%s = %lld must be positive", key, (long long)value);
-    if (value > max_size) return dt_errorf("%s = %lld is too large", key, (long long)value);
+/* Every field holds a value of its kind inside its declared range (the
+ * struct may have been filled by hand, not through model_config_set). */
+static dt_status check_declared(const model_config *c) {
+    for (int i = 0; i < MODEL_KEY_COUNT; i++) {
+        const key_spec *k = &keys[i];
+        const void *field = const_field_of(c, i);
+        int v;
+        char words[128];
+        switch (k->kind) {
+        case KIND_INT:
+            if (config_range_check(k->name, (double)*(const int64_t *)field, &k->range)) return DT_ERR;
+            break;
+        case KIND_REAL:
+            if (!isfinite(*(const double *)field))
+                return dt_errorf("%s = %g is not a finite number", k->name, *(const double *)field);
+            if (config_range_check(k->name, *(const double *)field, &k->range)) return DT_ERR;
+            break;
+        case KIND_FLAG:
+        case KIND_ONOFF:
+            if (*(const int *)field != 0 && *(const int *)field != 1)
+                return dt_errorf("%s = %d must be 0 or 1", k->name, *(const int *)field);
+            break;
+        case KIND_WORD:
+            memcpy(&v, field, sizeof v);
+            if (!word_at(i, v)) {
+                word_list(i, words, sizeof words);
+                return dt_errorf("%s = %d is not %s", k->name, v, words);
+            }
+            break;
+        case KIND_TEXT:
+            if (!memchr(field, '\0', k->size)) return dt_errorf("%s is not a terminated string", k->name);
+            break;
+        }
+    }
     return DT_OK;
 }
 
-static dt_status check_bool(const char *key, int value) {
-    if (value != 0 && value != 1) return dt_errorf("%s = %d must be 0 or 1", key, value);
+/* layer_heads: "" or n_layer comma-separated positive integers. */
+static dt_status check_layer_heads(const model_config *c) {
+    if (c->layer_heads[0] == '\0') return DT_OK;
+    int64_t count = 0;
+    const char *p = c->layer_heads;
+    for (;;) {
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno == ERANGE || v < 1 || v > 65536)
+            return dt_errorf("layer_heads = '%s' must be n_layer comma-separated integers in [1, 65536]",
+                             c->layer_heads);
+        count++;
+        if (*end == '\0') break;
+        if (*end != ',') return dt_errorf("layer_heads = '%s': expected a comma after %lld", c->layer_heads, v);
+        p = end + 1;
+    }
+    if (count != c->n_layer)
+        return dt_errorf("layer_heads = '%s' has %lld entries, n_layer = %lld", c->layer_heads, (long long)count,
+                         (long long)c->n_layer);
+    return DT_OK;
+}
+
+/* SPEC §6's combination rules, then "not implemented yet" for any SPEC §6
+ * key away from its default (so no model silently ignores one). */
+static dt_status check_options(const model_config *c) {
+    if (check_layer_heads(c) != DT_OK) return DT_ERR;
+    if (c->ffn_prod_norm && c->ffn == FFN_DEFAULT) return dt_errorf("ffn_prod_norm = 1 needs ffn != default");
+    if (c->attn_res_heads != 1 && c->attn_res == ATTN_RES_OFF)
+        return dt_errorf("attn_res_heads = %lld needs attn_res != off", (long long)c->attn_res_heads);
+    if (c->attn_res_blocks != 0 && c->attn_res != ATTN_RES_BLOCK)
+        return dt_errorf("attn_res_blocks = %lld needs attn_res = block", (long long)c->attn_res_blocks);
+    if (c->disco && c->n_loop == 1) return dt_errorf("disco = 1 needs n_loop > 1");
+    const char *exclusive[4];
+    int n = 0;
+    if (c->attn_res != ATTN_RES_OFF) exclusive[n++] = "attn_res";
+    if (c->recurrent) exclusive[n++] = "recurrent";
+    if (c->feedback) exclusive[n++] = "feedback";
+    if (c->n_loop > 1) exclusive[n++] = "n_loop";
+    if (n > 1)
+        return dt_errorf("%s and %s cannot be combined (at most one of attn_res, recurrent, feedback, n_loop)",
+                         exclusive[0], exclusive[1]);
+    if (c->branch == BRANCH_DECODE && (c->feedback || c->n_loop > 1))
+        return dt_errorf("%s is not defined with branch = decode", c->feedback ? "feedback = 1" : "n_loop > 1");
+    model_config defaults = model_config_default(c->family);
+    for (int i = 0; i < MODEL_KEY_COUNT; i++) {
+        if (keys[i].spec != 6 || !memcmp(const_field_of(c, i), const_field_of(&defaults, i), keys[i].size)) continue;
+        char text[MODEL_TEXT_MAX];
+        format_value(c, i, text, sizeof text);
+        return dt_errorf("%s = %s: not implemented yet (SPEC §6)", keys[i].name, text);
+    }
     return DT_OK;
 }
 
 dt_status model_config_validate(model_config *c) {
-    /* The struct may have been filled by hand: enums and flags first. */
-    if ((int)c->family < FAMILY_NANOGPT || (int)c->family > FAMILY_MOE)
-        return dt_errorf("family = %d is not nanogpt|llama|moe", (int)c->family);
-    if ((int)c->branch != BRANCH_NONE && (int)c->branch != BRANCH_DECODE)
-        return dt_errorf("branch = %d is not none|decode", (int)c->branch);
-    if ((int)c->branch_routing != ROUTING_REPLAY && (int)c->branch_routing != ROUTING_OWN)
-        return dt_errorf("branch_routing = %d is not replay|own", (int)c->branch_routing);
-    if ((int)c->branch_emb != BRANCH_EMB_OWN && (int)c->branch_emb != BRANCH_EMB_SHARED)
-        return dt_errorf("branch_emb = %d is not own|shared", (int)c->branch_emb);
-    if (check_bool("tie_embeddings", c->tie_embeddings) || check_bool("couple", c->couple) ||
-        check_bool("share", c->share) || check_bool("detach_primary", c->detach_primary) ||
-        check_bool("alpha_detach", c->alpha_detach))
-        return DT_ERR;
-
-    if (check_positive("vocab_size", c->vocab_size) || check_positive("block_size", c->block_size) ||
-        check_positive("n_layer", c->n_layer) || check_positive("n_head", c->n_head) ||
-        check_positive("d_model", c->d_model))
-        return DT_ERR;
-    /* 0 means "derive" for these (see model_config_default); negative never makes sense. */
-    if (c->n_kv_head < 0) return dt_errorf("n_kv_head = %lld must be positive (or 0 for n_head)", (long long)c->n_kv_head);
-    if (c->d_ff < 0) return dt_errorf("d_ff = %lld must be positive (or 0 for the family's width)", (long long)c->d_ff);
-
+    if (check_declared(c) != DT_OK) return DT_ERR;
     const char *family = model_family_name(c->family);
     if (c->d_model % c->n_head != 0)
-        return dt_errorf("d_model = %lld is not divisible by n_head = %lld", (long long)c->d_model, (long long)c->n_head);
+        return dt_errorf("d_model = %lld is not divisible by n_head = %lld", (long long)c->d_model,
+                         (long long)c->n_head);
 
     if (c->family == FAMILY_NANOGPT) {
         /* GPT-2 has no GQA and a fixed 4C MLP: these keys only carry neutral values. */
@@ -388,7 +479,6 @@ dt_status model_config_validate(model_config *c) {
     } else {
         if (c->n_kv_head == 0) c->n_kv_head = c->n_head;
         if (c->d_ff == 0) c->d_ff = llama_ffn_width(c->d_model);
-        if (check_positive("n_kv_head", c->n_kv_head) || check_positive("d_ff", c->d_ff)) return DT_ERR;
         if (c->n_head % c->n_kv_head != 0)
             return dt_errorf("n_head = %lld is not divisible by n_kv_head = %lld", (long long)c->n_head,
                              (long long)c->n_kv_head);
@@ -398,8 +488,8 @@ dt_status model_config_validate(model_config *c) {
     }
 
     if (c->family == FAMILY_MOE) {
-        if (c->n_expert <= 0) return dt_errorf("n_expert = %lld must be positive for family moe", (long long)c->n_expert);
-        if (c->n_expert > max_size) return dt_errorf("n_expert = %lld is too large", (long long)c->n_expert);
+        if (c->n_expert <= 0)
+            return dt_errorf("n_expert = %lld must be positive for family moe", (long long)c->n_expert);
         if (c->top_k < 1 || c->top_k > c->n_expert)
             return dt_errorf("top_k = %lld must be in 1..n_expert (%lld)", (long long)c->top_k, (long long)c->n_expert);
         if (c->top_k_branch == 0 || c->branch == BRANCH_NONE) c->top_k_branch = c->top_k;
@@ -410,24 +500,16 @@ dt_status model_config_validate(model_config *c) {
         c->n_expert = c->top_k = c->top_k_branch = 0;
     }
 
-    /* Reals: checked even without a branch, so a typo never hides. */
-    if (!(c->mix_alpha_min >= 0.0 && c->mix_alpha_min <= 1.0))
-        return dt_errorf("mix_alpha_min = %g must be in [0, 1]", c->mix_alpha_min);
-    if (!(c->mix_alpha_max >= 0.0 && c->mix_alpha_max <= 1.0))
-        return dt_errorf("mix_alpha_max = %g must be in [0, 1]", c->mix_alpha_max);
     if (c->mix_alpha_min > c->mix_alpha_max)
         return dt_errorf("mix_alpha_min = %g is larger than mix_alpha_max = %g", c->mix_alpha_min, c->mix_alpha_max);
-    if (!(c->aux_loss_coef >= 0.0 && isfinite(c->aux_loss_coef)))
-        return dt_errorf("aux_loss_coef = %g must be >= 0", c->aux_loss_coef);
-    if (!(c->norm_eps > 0.0 && isfinite(c->norm_eps))) return dt_errorf("norm_eps = %g must be > 0", c->norm_eps);
-    if (!(c->rope_theta > 0.0 && isfinite(c->rope_theta)))
-        return dt_errorf("rope_theta = %g must be > 0", c->rope_theta);
 
     /* The largest tensor (expert weights, embeddings) must stay far inside int64 and memory. */
     double largest = (double)c->vocab_size * (double)c->d_model;
     double experts = (double)(c->n_expert > 0 ? c->n_expert : 1) * (double)c->d_ff * (double)c->d_model;
     if (experts > largest) largest = experts;
     if (largest > 1e13) return dt_errorf("model too large: one weight tensor would hold %.3g values", largest);
+
+    if (check_options(c) != DT_OK) return DT_ERR;
 
     if (c->branch == BRANCH_NONE) {
         /* SPEC §4: the branch keys of a model without a branch carry their defaults. */

@@ -60,13 +60,19 @@ dt_status model_write_h5(const model *m, hid_t file) {
     dt_status status = DT_OK;
     for (int i = 0; i < model_config_key_count() && status == DT_OK; i++) {
         const char *key = model_config_key(i);
-        char text[64];
+        char text[MODEL_TEXT_MAX];
         status = model_config_get(&m->config, key, text, sizeof text);
         if (status != DT_OK) break;
         switch (model_config_key_kind(i)) {
-        case MODEL_KEY_INT: status = h5_write_attr_int(config, key, strtoll(text, NULL, 10)); break;
-        case MODEL_KEY_REAL: status = h5_write_attr_double(config, key, strtod(text, NULL)); break;
-        case MODEL_KEY_WORD: status = h5_write_attr_string(config, key, text); break;
+        case MODEL_KEY_INT:
+            status = h5_write_attr_int(config, key, strtoll(text, NULL, 10));
+            break;
+        case MODEL_KEY_REAL:
+            status = h5_write_attr_double(config, key, strtod(text, NULL));
+            break;
+        case MODEL_KEY_WORD:
+            status = h5_write_attr_string(config, key, text);
+            break;
         }
     }
     H5Gclose(config);
@@ -122,7 +128,8 @@ dt_status model_read_config_h5(hid_t file, const char *path_for_errors, model_co
         const char *key = model_config_key(i);
         char text[256];
         if (!h5_has_attr(group, key)) {
-            status = dt_errorf("%s: /config is missing key '%s'", path, key);
+            /* Keys added after SPEC §4 (§6) load with their defaults from older files. */
+            if (model_config_key_required(i)) status = dt_errorf("%s: /config is missing key '%s'", path, key);
         } else if (attr_as_text(group, key, text, sizeof text) != DT_OK) {
             status = dt_error_context("%s: /config", path);
         } else if (model_config_set(&c, key, text) != DT_OK) {
@@ -182,7 +189,8 @@ dt_status model_read_h5(model *m, hid_t file, const char *path_for_errors) {
     if (!h5_exists(file, "params") || (params = H5Gopen2(file, "params", H5P_DEFAULT)) < 0) {
         status = dt_errorf("%s: no /params group", path);
     } else {
-        for (int i = 0; i < m->n_params && status == DT_OK; i++) status = read_param(params, &m->params[i], path);
+        for (int i = 0; i < m->n_params && status == DT_OK; i++)
+            status = read_param(params, &m->params[i], path);
         if (status == DT_OK) {
             params_scan scan = {m, {0}};
             hsize_t index = 0;

@@ -80,15 +80,52 @@ Test(config, validate_fills_neutral_values) {
 Test(config, set_parses_every_key) {
     model_config c = model_config_default(FAMILY_NANOGPT);
     const char *pairs[][2] = {
-        {"family", "moe"},         {"vocab_size", "1000"},   {"block_size", "64"},    {"n_layer", "3"},
-        {"n_head", "8"},           {"n_kv_head", "2"},       {"d_model", "64"},       {"d_ff", "96"},
-        {"n_expert", "8"},         {"top_k", "2"},           {"top_k_branch", "3"},   {"branch", "decode"},
-        {"branch_routing", "own"}, {"mix_alpha_min", "0.25"}, {"mix_alpha_max", "0.75"}, {"aux_loss_coef", "0.02"},
-        {"tie_embeddings", "1"},   {"norm_eps", "1e-6"},     {"rope_theta", "500000"}, {"couple", "off"},
-        {"share", "0"},            {"branch_emb", "shared"}, {"detach_primary", "1"}, {"alpha_detach", "1"},
+        {"family", "moe"},
+        {"vocab_size", "1000"},
+        {"block_size", "64"},
+        {"n_layer", "3"},
+        {"n_head", "8"},
+        {"n_kv_head", "2"},
+        {"d_model", "64"},
+        {"d_ff", "96"},
+        {"n_expert", "8"},
+        {"top_k", "2"},
+        {"top_k_branch", "3"},
+        {"branch", "decode"},
+        {"branch_routing", "own"},
+        {"mix_alpha_min", "0.25"},
+        {"mix_alpha_max", "0.75"},
+        {"aux_loss_coef", "0.02"},
+        {"tie_embeddings", "1"},
+        {"norm_eps", "1e-6"},
+        {"rope_theta", "500000"},
+        {"couple", "off"},
+        {"share", "0"},
+        {"branch_emb", "shared"},
+        {"detach_primary", "1"},
+        {"alpha_detach", "1"},
     };
-    const int n = (int)(sizeof pairs / sizeof pairs[0]);
-    cr_assert_eq(n, model_config_key_count(), "the test lists every key of SPEC §4");
+    /* SPEC §6: parsed, and refused by validation until implemented (test below). */
+    const char *options[][2] = {
+        {"ffn", "triplu"},       {"ffn_prod_norm", "1"},    {"layer_heads", "4,4,8"}, {"attn_res", "block"},
+        {"attn_res_heads", "2"}, {"attn_res_blocks", "3"},  {"recurrent", "1"},       {"alibi", "1"},
+        {"feedback", "1"},       {"n_loop", "2"},           {"disco", "1"},           {"disco_tau", "0.5"},
+        {"disco_alpha", "0.25"}, {"disco_gate", "learned"}, {"disco_top", "64"},
+    };
+    const int n = (int)(sizeof pairs / sizeof pairs[0]), n_options = (int)(sizeof options / sizeof options[0]);
+    cr_assert_eq(n + n_options, model_config_key_count(), "the test lists every key of SPEC §4 and §6");
+    model_config o = model_config_default(FAMILY_LLAMA);
+    for (int i = 0; i < n_options; i++) {
+        cr_assert(model_config_has_key(options[i][0]), "%s is a key", options[i][0]);
+        cr_assert_eq(model_config_set(&o, options[i][0], options[i][1]), DT_OK, "%s: %s", options[i][0],
+                     dt_error_message());
+    }
+    cr_assert_eq(o.ffn, FFN_TRIPLU);
+    cr_assert_str_eq(o.layer_heads, "4,4,8");
+    cr_assert_eq(o.attn_res, ATTN_RES_BLOCK);
+    cr_assert_eq(o.disco_gate, DISCO_GATE_LEARNED);
+    cr_assert_eq(o.n_loop, 2);
+    cr_assert_float_eq(o.disco_tau, 0.5, 0);
     for (int i = 0; i < n; i++) {
         cr_assert(model_config_has_key(pairs[i][0]), "%s is a key", pairs[i][0]);
         cr_assert_eq(model_config_set(&c, pairs[i][0], pairs[i][1]), DT_OK, "%s: %s", pairs[i][0], dt_error_message());
@@ -251,7 +288,7 @@ Test(config, validate_rejects_every_inconsistency) {
         {FAMILY_LLAMA, "norm_eps=0", "norm_eps"},
         {FAMILY_LLAMA, "norm_eps=-1e-5", "norm_eps"},
         {FAMILY_LLAMA, "rope_theta=0", "rope_theta"},
-        {FAMILY_LLAMA, "vocab_size=2000000000 d_model=1000000000", "large"},
+        {FAMILY_LLAMA, "vocab_size=2000000000 d_model=1000000", "large"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model_config c = model_config_default(cases[i].family);
@@ -288,8 +325,8 @@ typedef struct {
     char name[96];
     int ndim;
     int64_t shape[3];
-    int branch;   /* branch-only group */
-    int matrix;   /* 2-D/3-D weight, not an embedding/head */
+    int branch; /* branch-only group */
+    int matrix; /* 2-D/3-D weight, not an embedding/head */
     int embedding;
 } expected_param;
 
@@ -417,14 +454,16 @@ static void check_params_against_spec(const model_config *c, const char *what) {
     int next = 0;
     for (int i = 0; i < m.n_params; i++) {
         if (m.params[i].group == PARAM_BRANCH) continue;
-        while (next < e->n && e->list[next].branch) next++;
+        while (next < e->n && e->list[next].branch)
+            next++;
         cr_assert(next < e->n && !strcmp(m.params[i].name, e->list[next].name), "%s: param %d is %s, SPEC order has %s",
                   what, i, m.params[i].name, next < e->n ? e->list[next].name : "(end)");
         next++;
     }
     /* Names are unique. */
     for (int i = 0; i < m.n_params; i++)
-        for (int j = i + 1; j < m.n_params; j++) cr_assert(strcmp(m.params[i].name, m.params[j].name));
+        for (int j = i + 1; j < m.n_params; j++)
+            cr_assert(strcmp(m.params[i].name, m.params[j].name));
     free(e);
     model_free(&m);
 }
@@ -478,7 +517,8 @@ static int64_t closed_form_count(const model_config *c, int group) {
     }
     if (c->branch == BRANCH_DECODE) {
         if (c->branch_emb == BRANCH_EMB_OWN) branch += V * C;
-        if (c->couple) branch += L * (q + (c->family == FAMILY_MOE ? 0 : (c->family == FAMILY_NANOGPT ? 4 * C : c->d_ff)) + C);
+        if (c->couple)
+            branch += L * (q + (c->family == FAMILY_MOE ? 0 : (c->family == FAMILY_NANOGPT ? 4 * C : c->d_ff)) + C);
         if (!c->share) branch += L * (2 * C * q + attn_biases_q_o + ffn + ffn_biases);
     }
     return group == PARAM_PRIMARY ? primary : group == PARAM_BRANCH ? branch : primary + branch;
@@ -486,17 +526,21 @@ static int64_t closed_form_count(const model_config *c, int group) {
 
 Test(params, counts_equal_closed_forms) {
     const model_family families[] = {FAMILY_NANOGPT, FAMILY_LLAMA, FAMILY_MOE};
-    const char *variants[] = {"", "branch=decode", "branch=decode share=off", "branch=decode couple=off",
-                              "branch=decode branch_emb=shared", "tie_embeddings=1 branch=decode share=off"};
+    const char *variants[] = {"",
+                              "branch=decode",
+                              "branch=decode share=off",
+                              "branch=decode couple=off",
+                              "branch=decode branch_emb=shared",
+                              "tie_embeddings=1 branch=decode share=off"};
     for (int f = 0; f < 3; f++) {
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             model_config c = small_config(families[f], variants[v]);
             model m;
             cr_assert_eq(model_create(&m, &c), DT_OK, "%s", dt_error_message());
             for (int g = -1; g <= 1; g++)
-                cr_assert_eq(model_param_count(&m, g), closed_form_count(&m.config, g), "%s [%s] group %d: %lld vs %lld",
-                             model_family_name(families[f]), variants[v], g, (long long)model_param_count(&m, g),
-                             (long long)closed_form_count(&m.config, g));
+                cr_assert_eq(model_param_count(&m, g), closed_form_count(&m.config, g),
+                             "%s [%s] group %d: %lld vs %lld", model_family_name(families[f]), variants[v], g,
+                             (long long)model_param_count(&m, g), (long long)closed_form_count(&m.config, g));
             model_free(&m);
         }
     }
@@ -614,9 +658,11 @@ Test(params, create_rejects_bad_config_and_leaves_model_empty) {
 static void moments(const dt_tensor *t, double *mean, double *std) {
     double s = 0, s2 = 0;
     const float *x = dt_f32(t);
-    for (int64_t i = 0; i < t->size; i++) s += x[i];
+    for (int64_t i = 0; i < t->size; i++)
+        s += x[i];
     *mean = s / (double)t->size;
-    for (int64_t i = 0; i < t->size; i++) s2 += (x[i] - *mean) * (x[i] - *mean);
+    for (int64_t i = 0; i < t->size; i++)
+        s2 += (x[i] - *mean) * (x[i] - *mean);
     *std = sqrt(s2 / (double)t->size);
 }
 
@@ -647,7 +693,8 @@ Test(init, statistics_follow_spec) {
 
     /* branch.tok_emb: an independent draw, so uncorrelated with tok_emb. */
     double dot = 0;
-    for (int64_t i = 0; i < m.tok_emb->size; i++) dot += (double)dt_f32(m.tok_emb)[i] * dt_f32(m.branch_tok_emb)[i];
+    for (int64_t i = 0; i < m.tok_emb->size; i++)
+        dot += (double)dt_f32(m.tok_emb)[i] * dt_f32(m.branch_tok_emb)[i];
     double corr = dot / (m.tok_emb->size * 0.02 * 0.02);
     cr_assert(fabs(corr) < 0.02, "correlation of tok_emb and branch.tok_emb %g", corr);
 
@@ -675,7 +722,8 @@ Test(init, statistics_follow_spec) {
         cr_assert(all_equal(layer->primary.ffn[1], 0.0f) && all_equal(layer->primary.ffn[3], 0.0f));
         cr_assert(all_equal(layer->branch.ffn[1], 0.0f) && all_equal(layer->branch.wo_bias, 0.0f));
         cr_assert(all_equal(layer->couple_q, 0.0f) && all_equal(layer->couple_hidden, 0.0f) &&
-                  all_equal(layer->couple_out, 0.0f), "coupling vectors start at zero");
+                      all_equal(layer->couple_out, 0.0f),
+                  "coupling vectors start at zero");
     }
     cr_assert(all_equal(m.final_norm, 1.0f) && all_equal(m.final_norm_bias, 0.0f));
     model_free(&m);
@@ -715,10 +763,104 @@ Test(params, zero_grad_clears_every_gradient) {
     model_config c = small_config(FAMILY_LLAMA, "branch=decode");
     cr_assert_eq(model_create(&m, &c), DT_OK);
     for (int i = 0; i < m.n_params; i++)
-        for (int64_t j = 0; j < m.params[i].tensor->size; j++) m.params[i].tensor->grad[j] = 1.5f;
+        for (int64_t j = 0; j < m.params[i].tensor->size; j++)
+            m.params[i].tensor->grad[j] = 1.5f;
     model_zero_grad(&m);
     for (int i = 0; i < m.n_params; i++)
-        for (int64_t j = 0; j < m.params[i].tensor->size; j++) cr_assert_eq(m.params[i].tensor->grad[j], 0.0f);
+        for (int64_t j = 0; j < m.params[i].tensor->size; j++)
+            cr_assert_eq(m.params[i].tensor->grad[j], 0.0f);
     cr_assert_null(model_find_param(&m, "no.such.param"));
     model_free(&m);
+}
+
+/* ---------- declared ranges and SPEC §6 keys (issue 18 item 6, issue 11) ---------- */
+
+Test(config, sizes_at_the_int_limit_are_refused) {
+    /* n_layer = 2^31 used to pass (an off-by-one limit) and overflow an int downstream. */
+    const char *cases[][2] = {{"n_layer", "2147483648"}, {"n_layer", "65537"},      {"vocab_size", "2147483648"},
+                              {"d_model", "2147483648"}, {"n_head", "2147483648"},  {"block_size", "2147483648"},
+                              {"d_ff", "2147483648"},    {"n_expert", "2147483648"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_config c = model_config_default(FAMILY_LLAMA);
+        cr_assert_eq(model_config_set(&c, cases[i][0], cases[i][1]), DT_OK);
+        cr_assert_eq(model_config_validate(&c), DT_ERR, "%s = %s accepted", cases[i][0], cases[i][1]);
+        cr_assert(strstr(dt_error_message(), cases[i][0]) && strstr(dt_error_message(), cases[i][1]), "%s",
+                  dt_error_message());
+    }
+    model_config c = model_config_default(FAMILY_LLAMA);
+    cr_assert_eq(model_config_set(&c, "n_layer", "99999999999999999999"), DT_ERR, "beyond 64 bits");
+    cr_assert(strstr(dt_error_message(), "n_layer"), "%s", dt_error_message());
+}
+
+Test(config, spec6_defaults_are_the_spec_table) {
+    /* SPEC §6's table, default first. */
+    const char *expected[][2] = {{"ffn", "default"},     {"ffn_prod_norm", "0"},  {"layer_heads", ""},
+                                 {"attn_res", "off"},    {"attn_res_heads", "1"}, {"attn_res_blocks", "0"},
+                                 {"recurrent", "0"},     {"alibi", "0"},          {"feedback", "0"},
+                                 {"n_loop", "1"},        {"disco", "0"},          {"disco_tau", "1"},
+                                 {"disco_alpha", "0.5"}, {"disco_gate", "fixed"}, {"disco_top", "128"}};
+    for (int f = FAMILY_NANOGPT; f <= FAMILY_MOE; f++) {
+        model_config c = model_config_default((model_family)f);
+        for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) {
+            char text[64];
+            cr_assert_eq(model_config_get(&c, expected[i][0], text, sizeof text), DT_OK);
+            cr_assert_str_eq(text, expected[i][1], "%s", expected[i][0]);
+        }
+        cr_assert_eq(model_config_validate(&c), DT_OK, "%s", dt_error_message());
+    }
+}
+
+Test(config, spec6_options_are_refused_until_implemented) {
+    const char *cases[][3] = {
+        /* pairs, a word the message must hold */
+        {"ffn=triplu", "ffn", "not implemented"},
+        {"ffn=prod2 ffn_prod_norm=1", "ffn", "not implemented"},
+        {"layer_heads=4,4,4,4", "layer_heads", "not implemented"},
+        {"attn_res=full", "attn_res", "not implemented"},
+        {"recurrent=1", "recurrent", "not implemented"},
+        {"alibi=1", "alibi", "not implemented"},
+        {"feedback=1", "feedback", "not implemented"},
+        {"n_loop=3", "n_loop", "not implemented"},
+        {"disco_tau=2", "disco_tau", "not implemented"},
+        {"disco_top=0", "disco_top", "not implemented"},
+        /* SPEC §6's combination rules */
+        {"ffn_prod_norm=1", "ffn_prod_norm", "ffn"},
+        {"attn_res_heads=2", "attn_res_heads", "attn_res"},
+        {"attn_res=full attn_res_blocks=2", "attn_res_blocks", "block"},
+        {"disco=1", "disco", "n_loop"},
+        {"recurrent=1 feedback=1", "recurrent", "feedback"},
+        {"attn_res=block n_loop=2", "attn_res", "n_loop"},
+        {"branch=decode feedback=1", "feedback", "branch"},
+        {"branch=decode n_loop=2", "n_loop", "branch"},
+        /* values outside the table */
+        {"layer_heads=4,4", "layer_heads", "n_layer"},
+        {"layer_heads=4,x,4,4", "layer_heads", "integers"},
+        {"n_loop=0", "n_loop", "[1,"},
+        {"disco_alpha=1.5", "disco_alpha", "[0, 1]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_config c = model_config_default(FAMILY_LLAMA);
+        apply_pairs(&c, cases[i][0]);
+        cr_assert_eq(model_config_validate(&c), DT_ERR, "'%s' accepted", cases[i][0]);
+        cr_assert(strstr(dt_error_message(), cases[i][1]) && strstr(dt_error_message(), cases[i][2]),
+                  "'%s': '%s' lacks '%s' or '%s'", cases[i][0], dt_error_message(), cases[i][1], cases[i][2]);
+    }
+    model_config c = model_config_default(FAMILY_LLAMA);
+    cr_assert_eq(model_config_set(&c, "ffn", "quadratic"), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "default|triplu|prod2|prod4"), "%s", dt_error_message());
+}
+
+Test(config, every_key_has_a_description_with_its_range) {
+    char text[256];
+    for (int i = 0; i < model_config_key_count(); i++) {
+        model_config_key_describe(i, text, sizeof text);
+        cr_assert(!strncmp(text, model_config_key(i), strlen(model_config_key(i))), "%s", text);
+        cr_assert(strstr(text, "default"), "%s", text);
+    }
+    model_config_key_describe(model_config_find_key("n_layer"), text, sizeof text);
+    cr_assert(strstr(text, "[1, 65536]"), "%s", text);
+    model_config_key_describe(model_config_find_key("tie_embeddings"), text, sizeof text);
+    cr_assert(strstr(text, "nanogpt '1', llama '0', moe '0'"), "%s", text);
+    cr_assert_eq(model_config_key_required(model_config_find_key("family")), 1);
+    cr_assert_eq(model_config_key_required(model_config_find_key("ffn")), 0);
 }

@@ -216,8 +216,8 @@ Test(info, cli_reads_config_files_and_models, .init = make_dir, .fini = remove_d
     char ini[300], args[1024], *out, *err;
     snprintf(ini, sizeof ini, "%s/model.ini", dir);
     FILE *f = fopen(ini, "w");
-    fputs("# model of a run\nseed = 3\n[model]\nfamily = llama\nvocab_size = 56\nblock_size = 16\nn_layer = 3\n"
-          "n_head = 4\nn_kv_head = 2\nd_model = 32\nd_ff = 64\nbranch = decode\n[train]\nsteps = 10\n",
+    fputs("# model of a run\n[model]\nfamily = llama\nvocab_size = 56\nblock_size = 16\nn_layer = 3\n"
+          "n_head = 4\nn_kv_head = 2\nd_model = 32\nd_ff = 64\nbranch = decode\n[train]\nseed = 3\ntokens = 10\n",
           f);
     fclose(f);
 
@@ -265,7 +265,7 @@ Test(info, cli_reads_config_files_and_models, .init = make_dir, .fini = remove_d
     fclose(f);
     snprintf(args, sizeof args, "'%s'", ini);
     cr_assert_neq(run_info(args, &out, &err), 0);
-    cr_assert(strstr(err, "n_layers") && strstr(err, ":2:"), "%s", err);
+    cr_assert(strstr(err, "n_layers") && strstr(err, "line 2:"), "%s", err);
     free(out);
     free(err);
 }

@@ -81,9 +81,93 @@ static dt_status write_rng(hid_t group, const char *prefix, const dt_rng *rng) {
     return h5_write_attr_double(group, name, rng->spare);
 }
 
-static dt_status write_state(hid_t file, const train_state *state, const char *config_text) {
+/* The canonical text the run_config checksum covers: "name=value\n" for each
+ * key present, in table order (a file written before a key existed lacks it
+ * on both sides). */
+static uint64_t run_config_checksum(const train_config *cfg, const int *present) {
+    uint64_t sum = 0;
+    char *text = NULL;
+    size_t length = 0;
+    FILE *stream = open_memstream(&text, &length);
+    if (!stream) return 0;
+    for (int i = 0; i < train_config_key_count(); i++) {
+        if (present && !present[i]) continue;
+        char value[TRAIN_PATH_MAX];
+        train_config_get_stored(cfg, i, value, sizeof value);
+        fprintf(stream, "%s=%s\n", train_config_key_name(i), value);
+    }
+    fclose(stream);
+    sum = model_checksum(text, length);
+    free(text);
+    return sum;
+}
+
+static dt_status write_run_config(hid_t train, const train_config *cfg) {
+    hid_t group;
+    if (h5_group(train, "run_config", &group) != DT_OK) return DT_ERR;
+    dt_status status = DT_OK;
+    for (int i = 0; status == DT_OK && i < train_config_key_count(); i++) {
+        char value[TRAIN_PATH_MAX];
+        const char *name = train_config_key_name(i);
+        train_config_get_stored(cfg, i, value, sizeof value);
+        switch (train_config_key_kind(i)) {
+        case TRAIN_KEY_INT:
+            status = h5_write_attr_int(group, name, strtoll(value, NULL, 10));
+            break;
+        case TRAIN_KEY_REAL:
+            status = h5_write_attr_double(group, name, strtod(value, NULL));
+            break;
+        case TRAIN_KEY_TEXT:
+            status = h5_write_attr_string(group, name, value);
+            break;
+        }
+    }
+    if (status == DT_OK) status = h5_write_attr_int(group, "checksum", (int64_t)run_config_checksum(cfg, NULL));
+    H5Gclose(group);
+    return status;
+}
+
+static dt_status read_run_config(hid_t train, train_config *cfg) {
+    hid_t group = H5Gopen2(train, "run_config", H5P_DEFAULT);
+    if (group < 0) return dt_errorf("/train/run_config is not a group");
+    int present[256] = {0};
+    dt_status status = DT_OK;
+    for (int i = 0; status == DT_OK && i < train_config_key_count() && i < 256; i++) {
+        const char *name = train_config_key_name(i);
+        char value[TRAIN_PATH_MAX];
+        if (!h5_has_attr(group, name)) continue; /* a key added later: its default */
+        present[i] = 1;
+        if (train_config_key_kind(i) == TRAIN_KEY_INT) {
+            int64_t v = 0;
+            status = h5_read_attr_int(group, name, &v);
+            snprintf(value, sizeof value, "%lld", (long long)v);
+        } else if (train_config_key_kind(i) == TRAIN_KEY_REAL) {
+            double v = 0;
+            status = h5_read_attr_double(group, name, &v);
+            snprintf(value, sizeof value, "%.17g", v); /* exact */
+        } else {
+            status = h5_read_attr_string(group, name, value, sizeof value);
+        }
+        if (status == DT_OK) status = train_config_set_stored(cfg, i, value);
+    }
+    int64_t stored = 0;
+    if (status == DT_OK && (h5_read_attr_int(group, "checksum", &stored) != DT_OK ||
+                            (uint64_t)stored != run_config_checksum(cfg, present)))
+        status = dt_errorf("/train/run_config does not match its checksum (the file is corrupted)");
+    H5Gclose(group);
+    return status;
+}
+
+static dt_status write_state(hid_t file, const train_state *state, const train_config *run) {
     hid_t group;
     if (h5_group(file, "train", &group) != DT_OK) return DT_ERR;
+    size_t length = train_config_format(run, NULL, 0);
+    char *config_text = malloc(length + 1);
+    if (!config_text) {
+        H5Gclose(group);
+        return dt_errorf("out of memory");
+    }
+    train_config_format(run, config_text, length + 1);
     dt_status status = DT_OK;
     if (h5_write_attr_int(group, "step", state->step) != DT_OK ||
         h5_write_attr_int(group, "tokens_seen", state->tokens_seen) != DT_OK ||
@@ -94,14 +178,16 @@ static dt_status write_state(hid_t file, const train_state *state, const char *c
         h5_write_attr_string(group, "config", config_text ? config_text : "") != DT_OK ||
         h5_write_attr_int(
             group, "config_checksum",
-            (int64_t)model_checksum(config_text ? config_text : "", config_text ? strlen(config_text) : 0)) != DT_OK)
+            (int64_t)model_checksum(config_text ? config_text : "", config_text ? strlen(config_text) : 0)) != DT_OK ||
+        write_run_config(group, run) != DT_OK)
         status = DT_ERR;
+    free(config_text);
     H5Gclose(group);
     return status;
 }
 
 dt_status train_checkpoint_save(const char *path, const model *m, const optimizer *opt, const train_state *state,
-                                const char *config_text) {
+                                const train_config *run) {
     const char *bad = NULL;
     if (!train_model_is_finite(m, &bad))
         return dt_errorf("%s: checkpoint not written: parameter '%s' holds a non-finite value", path, bad);
@@ -116,7 +202,7 @@ dt_status train_checkpoint_save(const char *path, const model *m, const optimize
     }
     dt_status status = model_write_h5(m, file);
     if (status == DT_OK) status = write_optim(file, opt);
-    if (status == DT_OK) status = write_state(file, state, config_text);
+    if (status == DT_OK) status = write_state(file, state, run);
     if (h5_close(file, tmp) != DT_OK) status = DT_ERR;
     if (status == DT_OK && rename(tmp, path) != 0) status = dt_errorf("cannot rename %s to %s", tmp, path);
     if (status != DT_OK) {
@@ -174,7 +260,8 @@ static dt_status read_rng(hid_t group, const char *prefix, dt_rng *rng) {
 static dt_status open_group(hid_t file, const char *name, hid_t *group) {
     if (!h5_exists(file, name)) return dt_errorf("no /%s group (a model file, not a training checkpoint?)", name);
     *group = H5Gopen2(file, name, H5P_DEFAULT);
-    if (*group < 0) return dt_errorf("/%s is not a group (a token file or other HDF5 file, not a training checkpoint?)", name);
+    if (*group < 0)
+        return dt_errorf("/%s is not a group (a token file or other HDF5 file, not a training checkpoint?)", name);
     return DT_OK;
 }
 
@@ -210,6 +297,35 @@ dt_status train_checkpoint_read_state(const char *path, train_state *state, char
     H5Gclose(group);
     H5Fclose(file);
     return status == DT_OK ? DT_OK : dt_error_context("%s: /train", path);
+}
+
+dt_status train_checkpoint_read_config(const char *path, train_config *cfg) {
+    if (model_load_config(&cfg->model, path) != DT_OK) return DT_ERR;
+    hid_t file, group = -1;
+    if (h5_open(path, 0, &file) != DT_OK) return DT_ERR;
+    if (open_group(file, "train", &group) != DT_OK) {
+        H5Fclose(file);
+        return dt_error_context("%s", path);
+    }
+    dt_status status;
+    if (h5_exists(group, "run_config")) {
+        status = read_run_config(group, cfg);
+    } else {
+        /* Written before /train/run_config existed: the INI text is all there is. */
+        H5Gclose(group);
+        H5Fclose(file);
+        train_state state;
+        char *text = NULL;
+        if (train_checkpoint_read_state(path, &state, &text) != DT_OK) return DT_ERR;
+        char origin[TRAIN_PATH_MAX + 32];
+        snprintf(origin, sizeof origin, "%s (stored config)", path);
+        status = train_config_parse_string(cfg, text, origin);
+        free(text);
+        return status;
+    }
+    H5Gclose(group);
+    H5Fclose(file);
+    return status == DT_OK ? DT_OK : dt_error_context("%s", path);
 }
 
 dt_status train_checkpoint_read_optim(const char *path, optimizer *opt) {

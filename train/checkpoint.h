@@ -9,7 +9,13 @@
  *   /train                attributes step, tokens_seen, elapsed_seconds,
  *                         windows_drawn, loader_has_spare, loader_spare,
  *                         trainer_has_spare, trainer_spare, config (the
- *                         resolved INI text of the run)
+ *                         resolved INI text of the run, for people to read)
+ *   /train/run_config     the run keys as data: one attribute per key of
+ *                         train/run_config_keys.def, named "section.key"
+ *                         (int64, float64 or string, paths verbatim), and
+ *                         `checksum` over them; with /config, what --resume
+ *                         reads back (checkpoints without it, written before
+ *                         it existed, fall back to parsing `config`)
  *   /train/loader_rng     uint64 [4] xoshiro state of the batch stream
  *   /train/trainer_rng    uint64 [4] xoshiro state of the trainer's own stream
  *
@@ -26,6 +32,7 @@
 #include "core/rng.h"
 #include "models/model.h"
 #include "optim/optim.h"
+#include "train/run_config.h"
 
 typedef struct train_state {
     int64_t step;           /* optimizer steps completed */
@@ -36,13 +43,18 @@ typedef struct train_state {
     dt_rng trainer_rng;     /* the trainer's own stream (seeded from train.seed) */
 } train_state;
 
-/* Writes the checkpoint (via PATH.tmp + rename). config_text: the resolved INI text. */
+/* Writes the checkpoint (via PATH.tmp + rename); run: the resolved run configuration. */
 dt_status train_checkpoint_save(const char *path, const model *m, const optimizer *opt, const train_state *state,
-                                const char *config_text);
+                                const train_config *run);
 
 /* Reads /train. *config_text (may be NULL) receives a malloc'ed copy of the
  * stored configuration; the caller frees it. */
 dt_status train_checkpoint_read_state(const char *path, train_state *state, char **config_text);
+
+/* The run configuration stored in a checkpoint: the model from /config, the
+ * run keys from /train/run_config (older checkpoints: from the `config` text).
+ * Not validated (the caller applies overrides first). */
+dt_status train_checkpoint_read_config(const char *path, train_config *cfg);
 
 /* Fills an optimizer built over the checkpoint's model (same parameters, same
  * optimizer kind) with /optim; names, shapes and kind are checked. */

@@ -1,14 +1,10 @@
-/* Training configuration: defaults, INI parsing through Debian's libinih,
- * --set overrides, validation and the INI text of the resolved config.
- *
- * The [data] and [train] keys live in one table (name, type, field offset) so
- * the parser, the override lookup and the formatter cannot disagree; the
- * [model] keys are the models layer's (model_config_set / model_config_get). */
+/* Training configuration: the [data]/[train] key table generated from
+ * train/run_config_keys.def (defaults, parsing, ranges, the INI text, the
+ * stored form of checkpoints), --set overrides and validation. Files are read
+ * by the one config-file reader (models/config_file.h); the [model] keys are
+ * the models layer's (model_config_set / model_config_get). */
 #include "train/run_config.h"
 
-#include <ctype.h>
-#include <errno.h>
-#include <ini.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,122 +12,91 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/gemm.h"
+#include "models/config_file.h"
+#include "models/config_value.h"
+
 typedef enum { VALUE_INT, VALUE_REAL, VALUE_PATH, VALUE_SCHEDULE, VALUE_OPTIMIZER } value_kind;
 
 typedef struct {
     const char *section;
     const char *name;
+    const char *full_name; /* "section.name" */
     value_kind kind;
+    const char *default_text;
+    config_range range;
+    const char *help;
     size_t offset;
 } config_key;
 
-#define KEY(section, field, kind)                                                                                      \
-    { section, #field, kind, offsetof(train_config, field) }
-
+#define RUN_KEY(section, name, field, kind, default_text, range, help)                                                 \
+    {#section, #name, #section "." #name, VALUE_##kind, default_text, {range}, help, offsetof(train_config, field)},
 static const config_key config_keys[] = {
-    {"data", "path", VALUE_PATH, offsetof(train_config, data_path)},
-    KEY("train", batch_size, VALUE_INT),
-    KEY("train", seq_len, VALUE_INT),
-    KEY("train", tokens, VALUE_INT),
-    KEY("train", grad_accum, VALUE_INT),
-    KEY("train", lr, VALUE_REAL),
-    KEY("train", min_lr, VALUE_REAL),
-    KEY("train", warmup_steps, VALUE_INT),
-    KEY("train", warmup_fraction, VALUE_REAL),
-    KEY("train", schedule, VALUE_SCHEDULE),
-    KEY("train", decay_fraction, VALUE_REAL),
-    KEY("train", weight_decay, VALUE_REAL),
-    KEY("train", beta1, VALUE_REAL),
-    KEY("train", beta2, VALUE_REAL),
-    KEY("train", eps, VALUE_REAL),
-    KEY("train", grad_clip, VALUE_REAL),
-    KEY("train", optimizer, VALUE_OPTIMIZER),
-    KEY("train", muon_lr, VALUE_REAL),
-    KEY("train", muon_momentum, VALUE_REAL),
-    KEY("train", muon_weight_decay, VALUE_REAL),
-    KEY("train", seed, VALUE_INT),
-    KEY("train", threads, VALUE_INT),
-    KEY("train", eval_every, VALUE_INT),
-    KEY("train", eval_windows, VALUE_INT),
-    KEY("train", checkpoint_every, VALUE_INT),
-    KEY("train", print_every, VALUE_INT),
-    KEY("train", out_dir, VALUE_PATH),
-    KEY("train", log_file, VALUE_PATH),
+#include "train/run_config_keys.def"
 };
+#undef RUN_KEY
 static const int n_config_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
+
+static dt_status set_value(train_config *cfg, const config_key *k, const char *text);
 
 train_config train_config_default(void) {
     train_config c;
     memset(&c, 0, sizeof c);
     c.model = model_config_default(FAMILY_NANOGPT);
-    c.batch_size = 16;
-    c.seq_len = 0;
-    c.tokens = 0;
-    c.grad_accum = 1;
-    c.lr = 1e-3;
-    c.min_lr = 1e-4;
-    c.warmup_steps = -1;
-    c.warmup_fraction = 0.05;
-    c.schedule = SCHEDULE_COSINE;
-    c.decay_fraction = 0.2;
-    c.weight_decay = 0.1;
-    c.beta1 = 0.9;
-    c.beta2 = 0.95;
-    c.eps = 1e-8;
-    c.grad_clip = 1.0;
-    c.optimizer = OPTIM_ADAMW;
-    c.muon_lr = 0.02;
-    c.muon_momentum = 0.95;
-    c.muon_weight_decay = 0.0;
-    c.seed = 1337;
-    c.threads = 0;
-    c.eval_every = 0;
-    c.eval_windows = 64;
-    c.checkpoint_every = 0;
-    c.print_every = 0;
-    snprintf(c.out_dir, sizeof c.out_dir, "runs/default");
-    snprintf(c.log_file, sizeof c.log_file, "log.jsonl");
+    for (int i = 0; i < n_config_keys; i++)
+        set_value(&c, &config_keys[i], config_keys[i].default_text); /* the defaults parse (tests) */
     return c;
 }
 
 /* ---- values ---- */
 
-static void trim_copy(const char *value, char *out, size_t capacity) {
-    while (*value && isspace((unsigned char)*value))
-        value++;
-    size_t n = strlen(value);
-    while (n > 0 && isspace((unsigned char)value[n - 1]))
-        n--;
-    if (n >= capacity) n = capacity - 1;
-    memcpy(out, value, n);
-    out[n] = '\0';
-}
-
-/* Integers: "1000000", or an exactly integral real such as "2e6" (token budgets). */
-static dt_status parse_int(const char *section, const char *key, const char *text, int64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (text[0] != '\0' && *end == '\0' && errno == 0) {
-        *out = (int64_t)v;
+/* text is already trimmed (or stored verbatim). */
+static dt_status set_value(train_config *cfg, const config_key *k, const char *text) {
+    void *field = (char *)cfg + k->offset;
+    switch (k->kind) {
+    case VALUE_INT:
+        return config_parse_int(k->full_name, text, 1, field);
+    case VALUE_REAL:
+        return config_parse_real(k->full_name, text, field);
+    case VALUE_PATH:
+        if (strlen(text) >= TRAIN_PATH_MAX)
+            return dt_errorf("%s: path longer than %d bytes", k->full_name, TRAIN_PATH_MAX - 1);
+        memcpy(field, text, strlen(text) + 1);
+        return DT_OK;
+    case VALUE_SCHEDULE:
+        if (optim_schedule_parse(text, field) != DT_OK) return dt_error_context("%s", k->full_name);
+        return DT_OK;
+    case VALUE_OPTIMIZER:
+        if (!strcmp(text, "adamw"))
+            *(optim_kind *)field = OPTIM_ADAMW;
+        else if (!strcmp(text, "muon"))
+            *(optim_kind *)field = OPTIM_MUON;
+        else
+            return dt_errorf("%s = '%s' must be adamw|muon", k->full_name, text);
         return DT_OK;
     }
-    double d = strtod(text, &end);
-    if (text[0] != '\0' && *end == '\0' && isfinite(d) && d == floor(d) && fabs(d) <= 9007199254740992.0) {
-        *out = (int64_t)d;
-        return DT_OK;
-    }
-    return dt_errorf("%s.%s = '%s' is not an integer", section, key, text);
+    return DT_ERR;
 }
 
-static dt_status parse_real(const char *section, const char *key, const char *text, double *out) {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (text[0] == '\0' || *end != '\0' || !isfinite(v) || errno == ERANGE)
-        return dt_errorf("%s.%s = '%s' is not a finite number", section, key, text);
-    *out = v;
-    return DT_OK;
+static void get_value(const train_config *cfg, const config_key *k, char *text, size_t capacity) {
+    const void *field = (const char *)cfg + k->offset;
+    switch (k->kind) {
+    case VALUE_INT:
+        snprintf(text, capacity, "%lld", (long long)*(const int64_t *)field);
+        break;
+    case VALUE_REAL:
+        config_format_real(*(const double *)field, text, (int)capacity);
+        break;
+    case VALUE_PATH:
+        snprintf(text, capacity, "%s", (const char *)field);
+        break;
+    case VALUE_SCHEDULE:
+        snprintf(text, capacity, "%s", optim_schedule_name(*(const optim_schedule_kind *)field));
+        break;
+    case VALUE_OPTIMIZER:
+        snprintf(text, capacity, "%s", optim_kind_name(*(const optim_kind *)field));
+        break;
+    }
 }
 
 static const config_key *find_key(const char *section, const char *name) {
@@ -153,138 +118,44 @@ dt_status train_config_set_key(train_config *cfg, const char *section, const cha
     const config_key *k = find_key(section, key);
     if (!k) return dt_errorf("unknown key '%s.%s'", section, key);
     char text[TRAIN_PATH_MAX];
-    trim_copy(value, text, sizeof text);
-    void *field = (char *)cfg + k->offset;
-    switch (k->kind) {
-    case VALUE_INT:
-        return parse_int(section, key, text, field);
-    case VALUE_REAL:
-        return parse_real(section, key, text, field);
-    case VALUE_PATH:
-        if (strlen(value) >= TRAIN_PATH_MAX)
-            return dt_errorf("%s.%s: path longer than %d bytes", section, key, TRAIN_PATH_MAX - 1);
-        memcpy(field, text, strlen(text) + 1);
-        return DT_OK;
-    case VALUE_SCHEDULE:
-        if (optim_schedule_parse(text, field) != DT_OK) return dt_error_context("%s.%s", section, key);
-        return DT_OK;
-    case VALUE_OPTIMIZER:
-        if (!strcmp(text, "adamw"))
-            *(optim_kind *)field = OPTIM_ADAMW;
-        else if (!strcmp(text, "muon"))
-            *(optim_kind *)field = OPTIM_MUON;
-        else
-            return dt_errorf("%s.%s = '%s' must be adamw|muon", section, key, text);
-        return DT_OK;
+    if (config_trim(k->full_name, value, text, sizeof text) != DT_OK) return DT_ERR;
+    return set_value(cfg, k, text);
+}
+
+/* ---- stored form (checkpoint attributes) ---- */
+
+int train_config_key_count(void) { return n_config_keys; }
+const char *train_config_key_name(int index) {
+    return index >= 0 && index < n_config_keys ? config_keys[index].full_name : NULL;
+}
+train_key_kind train_config_key_kind(int index) {
+    if (index < 0 || index >= n_config_keys) return TRAIN_KEY_TEXT;
+    return config_keys[index].kind == VALUE_INT    ? TRAIN_KEY_INT
+           : config_keys[index].kind == VALUE_REAL ? TRAIN_KEY_REAL
+                                                   : TRAIN_KEY_TEXT;
+}
+void train_config_get_stored(const train_config *cfg, int index, char *text, size_t capacity) {
+    if (index < 0 || index >= n_config_keys) {
+        if (capacity) text[0] = '\0';
+        return;
     }
-    return DT_ERR;
+    get_value(cfg, &config_keys[index], text, capacity);
+}
+dt_status train_config_set_stored(train_config *cfg, int index, const char *text) {
+    if (index < 0 || index >= n_config_keys) return dt_errorf("run key %d does not exist", index);
+    return set_value(cfg, &config_keys[index], text);
 }
 
 /* ---- INI files ---- */
 
-enum { MAX_FILE_KEYS = 128 };
-
-typedef struct {
-    train_config *cfg;
-    int failed;
-    char message[512]; /* the first error; inih keeps parsing and reports its line */
-    /* Keys set so far: a key given twice in one file is an error rather than
-     * "the last one wins", which silently hides an edit. */
-    int n_seen;
-    char seen[MAX_FILE_KEYS][96];
-} parse_state;
-
-/* 1 when section.name was already set in this file (else records it). */
-static int seen_before(parse_state *state, const char *section, const char *name) {
-    char full[96];
-    snprintf(full, sizeof full, "%s.%s", section, name);
-    for (int i = 0; i < state->n_seen; i++)
-        if (!strcmp(state->seen[i], full)) return 1;
-    if (state->n_seen < MAX_FILE_KEYS) snprintf(state->seen[state->n_seen++], sizeof state->seen[0], "%s", full);
-    return 0;
+static dt_status on_file_entry(void *user, const char *section, const char *key, const char *value) {
+    return train_config_set_key(user, section, key, value);
 }
 
-static int on_ini_entry(void *user, const char *section, const char *name, const char *value) {
-    parse_state *state = user;
-    if (state->failed) return 0;
-    dt_status status;
-    if (section[0] == '\0')
-        status = dt_errorf("key '%s' outside any section (put it under [model], [data] or [train])", name);
-    else if (seen_before(state, section, name))
-        status = dt_errorf("%s.%s is set twice (or a value is continued on an indented line)", section, name);
-    else
-        status = train_config_set_key(state->cfg, section, name, value);
-    if (status != DT_OK) {
-        state->failed = 1;
-        snprintf(state->message, sizeof state->message, "%s", dt_error_message());
-        return 0;
-    }
-    return 1;
-}
-
-static dt_status finish_parse(int rc, const parse_state *state, const char *origin) {
-    if (rc == -1) return dt_errorf("%s: cannot open config file", origin);
-    if (rc == -2) return dt_errorf("%s: out of memory while parsing", origin);
-    if (rc > 0) {
-        if (state->failed) return dt_errorf("%s line %d: %s", origin, rc, state->message);
-        return dt_errorf("%s line %d: not a [section] or key = value line", origin, rc);
-    }
-    return DT_OK;
-}
-
-/* Largest config file read: configs are a few hundred bytes; anything this
- * big is the wrong file. */
-#define CONFIG_FILE_MAX (1 << 20)
-
-dt_status train_config_load(train_config *cfg, const char *path) {
-    FILE *file = fopen(path, "r");
-    if (!file) return dt_errorf("%s: no such config file (or not readable)", path);
-    /* Read it whole first: a directory opens but reads nothing, and inih's
-     * line reader would stop each line at a NUL byte, so both would parse as
-     * an empty config and fail later with an error that does not name the file. */
-    char *text = malloc(CONFIG_FILE_MAX + 1);
-    if (!text) {
-        fclose(file);
-        return dt_errorf("%s: out of memory", path);
-    }
-    size_t n = fread(text, 1, CONFIG_FILE_MAX + 1, file);
-    int read_error = ferror(file);
-    fclose(file);
-    dt_status status = DT_OK;
-    if (read_error)
-        status = dt_errorf("%s: cannot read (a directory?)", path);
-    else if (n > CONFIG_FILE_MAX)
-        status = dt_errorf("%s: larger than %d bytes, not a config file", path, CONFIG_FILE_MAX);
-    else if (memchr(text, '\0', n))
-        status = dt_errorf("%s: contains NUL bytes, not a text config file", path);
-    if (status != DT_OK) {
-        free(text);
-        return status;
-    }
-    text[n] = '\0';
-    parse_state *state = calloc(1, sizeof *state);
-    if (!state) {
-        free(text);
-        return dt_errorf("%s: out of memory", path);
-    }
-    state->cfg = cfg;
-    int rc = ini_parse_string(text, on_ini_entry, state);
-    free(text);
-    status = finish_parse(rc, state, path);
-    if (status == DT_OK && state->n_seen == 0)
-        status = dt_errorf("%s: sets no keys (an empty config file?); see experiments/configs/", path);
-    free(state);
-    return status;
-}
+dt_status train_config_load(train_config *cfg, const char *path) { return config_file_read(path, on_file_entry, cfg); }
 
 dt_status train_config_parse_string(train_config *cfg, const char *text, const char *origin) {
-    parse_state *state = calloc(1, sizeof *state);
-    if (!state) return dt_errorf("%s: out of memory", origin);
-    state->cfg = cfg;
-    int rc = ini_parse_string(text, on_ini_entry, state);
-    dt_status status = finish_parse(rc, state, origin);
-    free(state);
-    return status;
+    return config_file_parse(text, origin, on_file_entry, cfg);
 }
 
 dt_status train_config_set(train_config *cfg, const char *assignment) {
@@ -296,7 +167,7 @@ dt_status train_config_set(train_config *cfg, const char *assignment) {
     if (key_len >= sizeof raw_key) return dt_errorf("--set '%s': key too long", assignment);
     memcpy(raw_key, assignment, key_len);
     raw_key[key_len] = '\0';
-    trim_copy(raw_key, key, sizeof key);
+    if (config_trim("--set", raw_key, key, sizeof key) != DT_OK) return DT_ERR;
     const char *value = equals + 1;
 
     char *dot = strchr(key, '.');
@@ -309,7 +180,7 @@ dt_status train_config_set(train_config *cfg, const char *assignment) {
     const char *sections[3];
     int n = 0;
     if (model_config_has_key(key)) sections[n++] = "model";
-    for (int i = 0; i < n_config_keys; i++)
+    for (int i = 0; i < n_config_keys && n < 3; i++)
         if (!strcmp(config_keys[i].name, key)) sections[n++] = config_keys[i].section;
     if (n == 0) return dt_errorf("--set: unknown key '%s'", key);
     if (n > 1)
@@ -321,49 +192,31 @@ dt_status train_config_set(train_config *cfg, const char *assignment) {
 
 /* ---- validation ---- */
 
-static dt_status check_int(const char *key, int64_t value, int64_t lo) {
-    if (value < lo) return dt_errorf("train.%s = %lld must be >= %lld", key, (long long)value, (long long)lo);
-    return DT_OK;
-}
-
-/* lo <= value <= hi, or lo <= value < hi when hi_open. */
-static dt_status check_real(const char *key, double value, double lo, double hi, int lo_open, int hi_open) {
-    int ok = (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
-    if (!ok)
-        return dt_errorf("train.%s = %g must be in %c%g, %g%c", key, value, lo_open ? '(' : '[', lo, hi,
-                         hi_open ? ')' : ']');
-    return DT_OK;
-}
-
 dt_status train_config_validate(train_config *cfg) {
     if (model_config_validate(&cfg->model) != DT_OK) return dt_error_context("[model]");
+    for (int i = 0; i < n_config_keys; i++) {
+        const config_key *k = &config_keys[i];
+        const void *field = (const char *)cfg + k->offset;
+        if (k->kind == VALUE_INT && config_range_check(k->full_name, (double)*(const int64_t *)field, &k->range))
+            return DT_ERR;
+        if (k->kind == VALUE_REAL && config_range_check(k->full_name, *(const double *)field, &k->range)) return DT_ERR;
+    }
     if (cfg->data_path[0] == '\0') return dt_errorf("data.path is not set (the token dataset to train on)");
     if (cfg->seq_len == 0) cfg->seq_len = cfg->model.block_size;
-    if (check_int("batch_size", cfg->batch_size, 1) || check_int("seq_len", cfg->seq_len, 1) ||
-        check_int("grad_accum", cfg->grad_accum, 1) || check_int("warmup_steps", cfg->warmup_steps, -1) ||
-        check_int("seed", cfg->seed, 0) || check_int("threads", cfg->threads, 0) ||
-        check_int("eval_every", cfg->eval_every, 0) || check_int("eval_windows", cfg->eval_windows, 0) ||
-        check_int("checkpoint_every", cfg->checkpoint_every, 0) || check_int("print_every", cfg->print_every, 0))
-        return DT_ERR;
     if (cfg->seq_len > cfg->model.block_size)
         return dt_errorf("train.seq_len = %lld exceeds model.block_size = %lld", (long long)cfg->seq_len,
                          (long long)cfg->model.block_size);
+    /* Each factor is below 2^20 (the table), so neither product overflows; B*T indexes int arrays. */
+    if (cfg->batch_size * cfg->seq_len > INT32_MAX)
+        return dt_errorf("train.batch_size * train.seq_len = %lld exceeds 2^31 - 1 tokens per micro-batch",
+                         (long long)(cfg->batch_size * cfg->seq_len));
     if (cfg->tokens <= 0)
         return dt_errorf("train.tokens = %lld: set the token budget (train.tokens or --tokens N)",
                          (long long)cfg->tokens);
     if (cfg->tokens < train_config_tokens_per_step(cfg))
         return dt_errorf("train.tokens = %lld is less than one step (batch_size * seq_len * grad_accum = %lld)",
                          (long long)cfg->tokens, (long long)train_config_tokens_per_step(cfg));
-    if (check_real("lr", cfg->lr, 0, INFINITY, 1, 1) || check_real("min_lr", cfg->min_lr, 0, cfg->lr, 0, 0) ||
-        check_real("warmup_fraction", cfg->warmup_fraction, 0, 1, 0, 1) ||
-        check_real("decay_fraction", cfg->decay_fraction, 0, 1, 1, 0) ||
-        check_real("weight_decay", cfg->weight_decay, 0, INFINITY, 0, 1) ||
-        check_real("beta1", cfg->beta1, 0, 1, 0, 1) || check_real("beta2", cfg->beta2, 0, 1, 0, 1) ||
-        check_real("eps", cfg->eps, 0, INFINITY, 1, 1) || check_real("grad_clip", cfg->grad_clip, 0, INFINITY, 0, 1) ||
-        check_real("muon_lr", cfg->muon_lr, 0, INFINITY, 1, 1) ||
-        check_real("muon_momentum", cfg->muon_momentum, 0, 1, 0, 1) ||
-        check_real("muon_weight_decay", cfg->muon_weight_decay, 0, INFINITY, 0, 1))
-        return DT_ERR;
+    if (cfg->min_lr > cfg->lr) return dt_errorf("train.min_lr = %g must be <= train.lr = %g", cfg->min_lr, cfg->lr);
     if (cfg->out_dir[0] == '\0') return dt_errorf("train.out_dir is empty");
     if (cfg->log_file[0] == '\0') return dt_errorf("train.log_file is empty");
     return DT_OK;
@@ -403,18 +256,12 @@ static void append(text_builder *b, const char *fmt, ...) {
     if (n > 0) b->length += (size_t)n;
 }
 
-/* The shortest of %.15g / %.17g that reads back as the same double. */
-static void format_real(double value, char *out, size_t capacity) {
-    snprintf(out, capacity, "%.15g", value);
-    if (strtod(out, NULL) != value) snprintf(out, capacity, "%.17g", value);
-}
-
 size_t train_config_format(const train_config *cfg, char *text, size_t capacity) {
     text_builder b = {.text = text, .capacity = capacity, .length = 0};
     if (text && capacity) text[0] = '\0';
     append(&b, "[model]\n");
     for (int i = 0; i < model_config_key_count(); i++) {
-        char value[128];
+        char value[MODEL_TEXT_MAX];
         const char *key = model_config_key(i);
         if (model_config_get(&cfg->model, key, value, sizeof value) == DT_OK) append(&b, "%s = %s\n", key, value);
     }
@@ -425,27 +272,9 @@ size_t train_config_format(const train_config *cfg, char *text, size_t capacity)
             section = k->section;
             append(&b, "\n[%s]\n", section);
         }
-        const void *field = (const char *)cfg + k->offset;
-        switch (k->kind) {
-        case VALUE_INT:
-            append(&b, "%s = %lld\n", k->name, (long long)*(const int64_t *)field);
-            break;
-        case VALUE_REAL: {
-            char real[64];
-            format_real(*(const double *)field, real, sizeof real);
-            append(&b, "%s = %s\n", k->name, real);
-            break;
-        }
-        case VALUE_PATH:
-            append(&b, "%s = %s\n", k->name, (const char *)field);
-            break;
-        case VALUE_SCHEDULE:
-            append(&b, "%s = %s\n", k->name, optim_schedule_name(*(const optim_schedule_kind *)field));
-            break;
-        case VALUE_OPTIMIZER:
-            append(&b, "%s = %s\n", k->name, optim_kind_name(*(const optim_kind *)field));
-            break;
-        }
+        char value[TRAIN_PATH_MAX];
+        get_value(cfg, k, value, sizeof value);
+        append(&b, "%s = %s\n", k->name, value);
     }
     return b.length;
 }

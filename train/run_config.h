@@ -1,14 +1,17 @@
 /* The configuration of a training run: one INI file with sections [model]
- * (the SPEC §4 keys), [data] and [train], then `--set section.key=value`
- * overrides (or `key=value` when only one section has that key).
+ * (models/config_keys.def), [data] and [train] (train/run_config_keys.def),
+ * read by the one config-file reader (models/config_file.h), then `--set
+ * section.key=value` overrides (or `key=value` when only one section has that
+ * key).
  *
  * Every key has a default (train_config_default), so a file lists only what
  * differs. Unknown sections and keys, unparsable values and missing files
  * are one-line errors naming the file, line, key and value. The resolved
- * configuration is written back as INI text (train_config_format): it is
- * printed at the start of a run and stored in each checkpoint, and parsing
- * that text gives the identical configuration (reals use %.17g), which is how
- * `--resume` recovers the run without its original file. */
+ * configuration is written as INI text (train_config_format) at the start of
+ * a run and into each checkpoint for people to read; what `--resume` reads
+ * back is the checkpoint's data: /config and the /train/run_config attributes
+ * (train/checkpoint.h), one per key of the table below, never re-parsed text
+ * (a path holding " ;" would be cut at the INI comment). */
 #ifndef TRAIN_RUN_CONFIG_H
 #define TRAIN_RUN_CONFIG_H
 
@@ -44,14 +47,15 @@ typedef struct train_config {
     double grad_clip; /* global-norm clip; 0 disables */
     optim_kind optimizer;
     double muon_lr, muon_momentum, muon_weight_decay;
-    int64_t seed;                  /* model init and batch order */
-    int64_t threads;               /* 0: OpenMP's default */
-    int64_t eval_every;            /* steps between validation evals (0: only at the end) */
-    int64_t eval_windows;          /* validation windows per eval (0: the whole split) */
-    int64_t checkpoint_every;      /* steps between checkpoints (0: only at the end) */
-    int64_t print_every;           /* steps between plain progress lines when stdout is no TTY (0: about 50 per run) */
-    char out_dir[TRAIN_PATH_MAX];  /* checkpoint.h5 and the log go here */
-    char log_file[TRAIN_PATH_MAX]; /* JSON-lines log; relative paths are inside out_dir */
+    int64_t seed;                   /* model init and batch order */
+    int64_t threads;                /* 0: OpenMP's default */
+    int64_t eval_every;             /* steps between validation evals (0: only at the end) */
+    int64_t eval_windows;           /* validation windows per eval (0: the whole split) */
+    int64_t checkpoint_every;       /* steps between checkpoints (0: only at the end) */
+    int64_t print_every;            /* steps between plain progress lines when stdout is no TTY (0: about 50 per run) */
+    char out_dir[TRAIN_PATH_MAX];   /* checkpoint.h5 and the log go here */
+    char log_file[TRAIN_PATH_MAX];  /* JSON-lines log; relative paths are inside out_dir */
+    char init_from[TRAIN_PATH_MAX]; /* "" or a checkpoint whose weights start the run (issue 17) */
 } train_config;
 
 train_config train_config_default(void);
@@ -72,6 +76,18 @@ dt_status train_config_validate(train_config *cfg);
 /* The whole configuration as INI text (every key). Returns the length it
  * needs (like snprintf); text may be NULL with capacity 0 to ask. */
 size_t train_config_format(const train_config *cfg, char *text, size_t capacity);
+
+/* The [data] and [train] keys in table order, for storing a run as data:
+ * index 0..train_config_key_count()-1. The name is "section.key". Stored
+ * kinds: int64, float64 or a string (paths verbatim, words). */
+typedef enum { TRAIN_KEY_INT = 0, TRAIN_KEY_REAL = 1, TRAIN_KEY_TEXT = 2 } train_key_kind;
+int train_config_key_count(void);
+const char *train_config_key_name(int index);
+train_key_kind train_config_key_kind(int index);
+/* The value in a form train_config_set_stored reads back exactly. */
+void train_config_get_stored(const train_config *cfg, int index, char *text, size_t capacity);
+/* Sets key index from that form (paths verbatim: no trimming, no comments). */
+dt_status train_config_set_stored(train_config *cfg, int index, const char *text);
 
 /* Tokens per optimizer step (B * T * grad_accum) and the step count of the budget (at least 1). */
 int64_t train_config_tokens_per_step(const train_config *cfg);

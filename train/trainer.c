@@ -94,6 +94,12 @@ static dt_status setup_model(trainer *t) {
         t->ready |= READY_MODEL;
         return check_same_model(&t->model.config, &t->cfg.model, resume);
     }
+    if (t->cfg.init_from[0]) {
+        /* train.init_from: the weights only; optimizer, data position and RNGs start fresh. */
+        if (model_load(&t->model, t->cfg.init_from) != DT_OK) return dt_error_context("train.init_from");
+        t->ready |= READY_MODEL;
+        return check_same_model(&t->model.config, &t->cfg.model, t->cfg.init_from);
+    }
     if (model_create(&t->model, &t->cfg.model) != DT_OK) return DT_ERR;
     t->ready |= READY_MODEL;
     dt_rng init_rng;
@@ -318,8 +324,7 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
 }
 
 dt_status trainer_save(trainer *t) {
-    if (train_checkpoint_save(t->checkpoint_path, &t->model, &t->opt, &t->state, t->config_text) != DT_OK)
-        return DT_ERR;
+    if (train_checkpoint_save(t->checkpoint_path, &t->model, &t->opt, &t->state, &t->cfg) != DT_OK) return DT_ERR;
     t->last_checkpoint_step = t->state.step;
     return DT_OK;
 }

@@ -79,7 +79,12 @@ exp_train() {
     if [ -n "${TOKEN_FACTOR:-}" ]; then
         local base
         base=$(exp_budget "${args[@]}")
-        args+=(--tokens "$((base * TOKEN_FACTOR))")
+        # dbranch refuses an option given twice: the new budget replaces the old.
+        local kept=() i
+        for ((i = 0; i < ${#args[@]}; i++)); do
+            if [ "${args[i]}" = --tokens ]; then i=$((i + 1)); else kept+=("${args[i]}"); fi
+        done
+        args=("${kept[@]}" --tokens "$((base * TOKEN_FACTOR))")
     fi
     # Skipped only when finished with exactly this command (a changed budget
     # or setting reruns it).
