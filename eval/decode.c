@@ -45,7 +45,7 @@ enum { MAX_TOP_K = MODEL_MAX_TOP_K };
 /* Sizes used everywhere below, read once from the config. */
 typedef struct shapes {
     int64_t C, H, Hkv, hd, qdim, kvdim, F, V, E, L, top_k, top_k_branch;
-    int moe; /* routed experts: per-layer routing scratch */
+    int moe;                /* routed experts: per-layer routing scratch */
     int max_product_degree; /* most factors of a product FFN (SPEC §6.1) in any layer */
 } shapes;
 
@@ -415,7 +415,7 @@ static void prepare_heads(eval_decode_session *s, int64_t l, int64_t pos, int ro
     const int64_t group = d.H / d.Hkv, q_begin = kv_begin * group * d.hd, q_len = (kv_end - kv_begin) * group * d.hd;
     float *q = s->rows.q, *q1 = s->q1 + l * m->arch.max_q_width;
     if (row0 == 0) {
-        float *k_row = cache_of(s, s->k_cache, l) + pos * d.kvdim;          // [Hkv*hd]
+        float *k_row = cache_of(s, s->k_cache, l) + pos * d.kvdim;        // [Hkv*hd]
         memcpy(q1 + q_begin, q + q_begin, (size_t)q_len * sizeof(float)); /* before RoPE */
         if (position->rotary)
             position->rotate_heads(k_row + kv_begin * d.hd, layer->rope_table, pos, kv_end - kv_begin, d.hd);

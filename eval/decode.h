@@ -90,24 +90,24 @@ typedef struct eval_decode_prefill_buffers {
 typedef struct eval_decode_session {
     const model *model;
     eval_decode_mode mode;
-    eval_matvec_path matvec; /* may be changed between steps */
-    int run_branch;          /* the model has a decode branch and mode != BASELINE */
-    int64_t n_pos_max;       /* cache length: the model's block_size */
-    int64_t max_prompt;      /* longest prompt eval_decode_prefill accepts */
-    int64_t pos;             /* position whose logits are held; -1 before the first prefill */
-    dt_arena arena;          /* owns every buffer below */
+    eval_matvec_path matvec;  /* may be changed between steps */
+    int run_branch;           /* the model has a decode branch and mode != BASELINE */
+    int64_t n_pos_max;        /* cache length: the model's block_size */
+    int64_t max_prompt;       /* longest prompt eval_decode_prefill accepts */
+    int64_t pos;              /* position whose logits are held; -1 before the first prefill */
+    dt_arena arena;           /* owns every buffer below */
     float *k_cache, *v_cache; /* [L, n_pos_max, Hkv*hd] */
     /* The primary's intermediates at position `pos`, per layer, read by the branch row. */
-    float *q1;            /* [L, H*hd] query before RoPE */
-    float *z1;            /* [L, F] MLP hidden activation (dense layers) */
-    float *m1;            /* [L, C] FFN output */
-    float *router1;       /* [L, E] router logits (moe) */
+    float *q1;      /* [L, H*hd] query before RoPE */
+    float *z1;      /* [L, F] MLP hidden activation (dense layers) */
+    float *m1;      /* [L, C] FFN output */
+    float *router1; /* [L, E] router logits (moe) */
     eval_decode_rows rows;
     eval_decode_prefill_buffers prefill;
-    float *logits;        /* [2, V]: row 0 primary, row 1 branch (valid when run_branch), at `pos` */
-    float alpha;          /* mixture weight at `pos` (1 without a branch) */
+    float *logits;               /* [2, V]: row 0 primary, row 1 branch (valid when run_branch), at `pos` */
+    float alpha;                 /* mixture weight at `pos` (1 without a branch) */
     eval_decode_traffic traffic; /* of the last prefill or step */
-    eval_team team;       /* stage counters of the step team (eval/team.h) */
+    eval_team team;              /* stage counters of the step team (eval/team.h) */
 } eval_decode_session;
 
 /* Allocates the caches and all scratch for this model (max_prompt 0: block_size). */

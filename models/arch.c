@@ -55,14 +55,30 @@ dt_status model_arch_build(model_arch *arch, const model_config *c) {
         arch->top_k_branch = c->top_k_branch;
     }
 
+    /* SPEC §6.1: a product FFN replaces every dense FFN (the "product" kind)
+     * and every MoE expert (the "moe" kind with product experts). */
+    static const int product_degrees[] = {[FFN_DEFAULT] = 0, [FFN_TRIPLU] = 3, [FFN_PROD2] = 2, [FFN_PROD4] = 4};
+    const int product_degree = product_degrees[c->ffn];
+    if (product_degree && !ffn->is_moe) ffn = model_ffn_kind_find("product");
+    if (!ffn) return dt_errorf("ffn = %d: no such FFN kind in the table", (int)c->ffn);
+
     arch->layers = calloc((size_t)arch->L, sizeof *arch->layers);
     if (!arch->layers) return dt_errorf("model description: out of memory for %lld layers", (long long)arch->L);
     const int coupled = arch->has_branch && c->couple;
+    const char *layer_heads = c->layer_heads; /* SPEC §6.2: "h0,h1,..." (validated), or "" */
     for (int64_t l = 0; l < arch->L; l++) {
         model_layer_arch *layer = &arch->layers[l];
         layer->n_head = c->n_head;
-        layer->n_kv_head = c->n_kv_head;
-        layer->head_dim = c->d_model / c->n_head;
+        if (layer_heads[0]) {
+            char *end = NULL;
+            layer->n_head = strtoll(layer_heads, &end, 10);
+            layer_heads = end + (*end == ',');
+        }
+        /* the GQA ratio n_head / n_kv_head is kept in every layer */
+        layer->n_kv_head = layer->n_head * c->n_kv_head / c->n_head;
+        layer->head_dim = c->d_model / layer->n_head;
+        layer->product_degree = product_degree;
+        layer->prod_norm = c->ffn_prod_norm;
         layer->q_width = layer->n_head * layer->head_dim;
         layer->kv_width = layer->n_kv_head * layer->head_dim;
         layer->d_ff = c->d_ff;

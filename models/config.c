@@ -367,6 +367,36 @@ static int64_t llama_ffn_width(int64_t d_model) {
     return (hidden + 31) / 32 * 32;
 }
 
+/* n rounded up to a multiple of 32 (SPEC §6.1's round32), for n = num / den. */
+static int64_t round32_ratio(int64_t num, int64_t den) { return (num + 32 * den - 1) / (32 * den) * 32; }
+
+/* SPEC §6.1: d_ff = 0 with a product FFN derives the width that matches the
+ * parameters of the family's default FFN: llama/moe from the SwiGLU width
+ * S = round32(8C/3): round32(3S/4) (triplu), S (prod2), round32(3S/5) (prod4);
+ * nanogpt round32(2C), round32(8C/3), round32(8C/5). */
+static int64_t product_ffn_width(const model_config *c) {
+    const int64_t C = c->d_model;
+    if (c->family == FAMILY_NANOGPT) {
+        switch (c->ffn) {
+        case FFN_TRIPLU:
+            return round32_ratio(2 * C, 1);
+        case FFN_PROD2:
+            return round32_ratio(8 * C, 3);
+        default:
+            return round32_ratio(8 * C, 5);
+        }
+    }
+    const int64_t S = round32_ratio(8 * C, 3);
+    switch (c->ffn) {
+    case FFN_TRIPLU:
+        return round32_ratio(3 * S, 4);
+    case FFN_PROD2:
+        return S;
+    default:
+        return round32_ratio(3 * S, 5);
+    }
+}
+
 /* Every field holds a value of its kind inside its declared range (the
  * struct may have been filled by hand, not through model_config_set). */
 static dt_status check_declared(const model_config *c) {
@@ -427,6 +457,38 @@ static dt_status check_layer_heads(const model_config *c) {
     return DT_OK;
 }
 
+/* The SPEC §6 keys the models implement; any other §6 key away from its
+ * default is refused (one line per option as it lands). */
+static int option_implemented(const char *name) {
+    static const char *const implemented[] = {"ffn", "ffn_prod_norm", "layer_heads"};
+    for (size_t i = 0; i < sizeof implemented / sizeof implemented[0]; i++)
+        if (!strcmp(name, implemented[i])) return 1;
+    return 0;
+}
+
+/* Per-layer heads (SPEC §6.2): each H_l divides d_model, gives an even head
+ * width for RoPE, and keeps the GQA ratio with an integer Hkv_l >= 1. */
+static dt_status check_layer_head_shapes(const model_config *c) {
+    if (c->layer_heads[0] == '\0') return DT_OK;
+    const char *p = c->layer_heads;
+    for (int64_t l = 0; l < c->n_layer; l++) {
+        char *end = NULL;
+        const long long h = strtoll(p, &end, 10);
+        p = end + (*end == ',');
+        if (c->d_model % h)
+            return dt_errorf("layer_heads = '%s': layer %lld's %lld heads do not divide d_model = %lld", c->layer_heads,
+                             (long long)l, h, (long long)c->d_model);
+        if (c->family != FAMILY_NANOGPT && !c->alibi && (c->d_model / h) % 2)
+            return dt_errorf("layer_heads = '%s': layer %lld's head width %lld must be even for RoPE", c->layer_heads,
+                             (long long)l, (long long)(c->d_model / h));
+        if ((h * c->n_kv_head) % c->n_head)
+            return dt_errorf("layer_heads = '%s': layer %lld's %lld heads keep no integer kv-head count at the GQA "
+                             "ratio n_head/n_kv_head = %lld/%lld",
+                             c->layer_heads, (long long)l, h, (long long)c->n_head, (long long)c->n_kv_head);
+    }
+    return DT_OK;
+}
+
 /* SPEC §6's combination rules, then "not implemented yet" for any SPEC §6
  * key away from its default (so no model silently ignores one). */
 static dt_status check_options(const model_config *c) {
@@ -448,9 +510,12 @@ static dt_status check_options(const model_config *c) {
                          exclusive[0], exclusive[1]);
     if (c->branch == BRANCH_DECODE && (c->feedback || c->n_loop > 1))
         return dt_errorf("%s is not defined with branch = decode", c->feedback ? "feedback = 1" : "n_loop > 1");
+    if (check_layer_head_shapes(c) != DT_OK) return DT_ERR;
     model_config defaults = model_config_default(c->family);
     for (int i = 0; i < MODEL_KEY_COUNT; i++) {
-        if (keys[i].spec != 6 || !memcmp(const_field_of(c, i), const_field_of(&defaults, i), keys[i].size)) continue;
+        if (keys[i].spec != 6 || option_implemented(keys[i].name) ||
+            !memcmp(const_field_of(c, i), const_field_of(&defaults, i), keys[i].size))
+            continue;
         char text[MODEL_TEXT_MAX];
         format_value(c, i, text, sizeof text);
         return dt_errorf("%s = %s: not implemented yet (SPEC §6)", keys[i].name, text);
@@ -472,13 +537,13 @@ dt_status model_config_validate(model_config *c) {
             return dt_errorf("n_kv_head = %lld: family nanogpt has no grouped-query attention (n_kv_head must equal "
                              "n_head = %lld)",
                              (long long)c->n_kv_head, (long long)c->n_head);
-        if (c->d_ff == 0) c->d_ff = 4 * c->d_model;
-        if (c->d_ff != 4 * c->d_model)
+        if (c->d_ff == 0) c->d_ff = c->ffn == FFN_DEFAULT ? 4 * c->d_model : product_ffn_width(c);
+        if (c->ffn == FFN_DEFAULT && c->d_ff != 4 * c->d_model)
             return dt_errorf("d_ff = %lld: family nanogpt's MLP width is fixed at 4*d_model = %lld (leave d_ff unset)",
                              (long long)c->d_ff, (long long)(4 * c->d_model));
     } else {
         if (c->n_kv_head == 0) c->n_kv_head = c->n_head;
-        if (c->d_ff == 0) c->d_ff = llama_ffn_width(c->d_model);
+        if (c->d_ff == 0) c->d_ff = c->ffn == FFN_DEFAULT ? llama_ffn_width(c->d_model) : product_ffn_width(c);
         if (c->n_head % c->n_kv_head != 0)
             return dt_errorf("n_head = %lld is not divisible by n_kv_head = %lld", (long long)c->n_head,
                              (long long)c->n_kv_head);

@@ -31,7 +31,8 @@ static dt_status declare(const model_arch *arch, const model_layer_arch *layer, 
     if (layer->product_degree >= 4)
         w[W5] = sink->add(sink->self, "moe.w5.weight", DT_SHAPE(E, F, C), 1, MODEL_INIT_NORMAL);
     w[W2] = sink->add(sink->self, "moe.w2.weight", DT_SHAPE(E, C, F), 1, MODEL_INIT_RESIDUAL);
-    if (layer->prod_norm) w[PROD_NORM] = sink->add(sink->self, "moe.prod_norm.weight", DT_SHAPE(E, F), 0, MODEL_INIT_ONE);
+    if (layer->prod_norm)
+        w[PROD_NORM] = sink->add(sink->self, "moe.prod_norm.weight", DT_SHAPE(E, F), 0, MODEL_INIT_ONE);
     return w[ROUTER] && w[W1] && w[W3] && w[W2] && (layer->product_degree < 3 || w[W4]) &&
                    (layer->product_degree < 4 || w[W5]) && (!layer->prod_norm || w[PROD_NORM])
                ? DT_OK
@@ -39,8 +40,8 @@ static dt_status declare(const model_arch *arch, const model_layer_arch *layer, 
 }
 
 static model_moe_weights moe_weights(const model_arch *arch, const model_layer_arch *layer, dt_tensor *const *w) {
-    return (model_moe_weights){w[ROUTER], w[W1], w[W3], w[W2], layer->product_degree, w[W4], w[W5], w[PROD_NORM],
-                               arch->norm_eps};
+    return (model_moe_weights){w[ROUTER], w[W1], w[W3],        w[W2],         layer->product_degree,
+                               w[W4],     w[W5], w[PROD_NORM], arch->norm_eps};
 }
 
 // x [B,T,C] -> m [B,T,C]
@@ -199,8 +200,8 @@ static void expert_row_now(const model_ffn_prefill *c, float *out, const float *
     float *const factors[4] = {c->row_hidden_a, c->row_hidden_b, c->row_hidden_c, c->row_hidden_d};
     queue_factors(x, c->layer, C, w, e, in, 1, factors);
     x->flush(x->self);
-    expert_hidden(c->arch, c->layer, w, e, c->row_z, c->row_hidden_a, c->row_hidden_b, c->row_hidden_c,
-                  c->row_hidden_d, 1);
+    expert_hidden(c->arch, c->layer, w, e, c->row_z, c->row_hidden_a, c->row_hidden_b, c->row_hidden_c, c->row_hidden_d,
+                  1);
     const model_row_product w2 = {out, c->row_z, model_data(w[W2]) + e * C * F, NULL, 1, F, C};
     x->linear(x->self, &w2);
     x->flush(x->self);

@@ -48,16 +48,21 @@ void model_product_rows(float *a, const float *b, const float *c, const float *d
     for (int64_t r = 0; r < rows; r++) {
         float *z = a + r * F;
         const float *zb = b + r * F, *zc = c ? c + r * F : NULL, *zd = d ? d + r * F : NULL;
-        for (int64_t n = 0; n < F; n++) z[n] *= zb[n];
+        for (int64_t n = 0; n < F; n++)
+            z[n] *= zb[n];
         if (degree >= 3)
-            for (int64_t n = 0; n < F; n++) z[n] *= zc[n];
+            for (int64_t n = 0; n < F; n++)
+                z[n] *= zc[n];
         if (degree >= 4)
-            for (int64_t n = 0; n < F; n++) z[n] *= zd[n];
+            for (int64_t n = 0; n < F; n++)
+                z[n] *= zd[n];
         if (norm_weight) { /* k_rmsnorm_forward's arithmetic: sums in double */
             double sum_sq = 0.0;
-            for (int64_t n = 0; n < F; n++) sum_sq += (double)z[n] * (double)z[n];
+            for (int64_t n = 0; n < F; n++)
+                sum_sq += (double)z[n] * (double)z[n];
             const float rstd = (float)(1.0 / sqrt(sum_sq / (double)F + (double)eps));
-            for (int64_t n = 0; n < F; n++) z[n] = z[n] * rstd * norm_weight[n];
+            for (int64_t n = 0; n < F; n++)
+                z[n] = z[n] * rstd * norm_weight[n];
         }
     }
 }
@@ -68,7 +73,7 @@ static void rows(const model_ffn_rows *c) {
     const int64_t C = c->arch->C, F = c->layer->d_ff;
     const int degree = c->layer->product_degree;
     float *factors[4] = {c->z, c->hidden_b, c->hidden_c, c->hidden_d}; /* [2,F] each; the product lands in z */
-    for (int i = 0; i < degree; i++) /* every factor's product in one stage */
+    for (int i = 0; i < degree; i++)                                   /* every factor's product in one stage */
         model_rows_linear(x, factors[i], c->x, c->row0, c->n_rows, p[W1 + i], NULL, b[W1 + i], NULL, C, F);
     x->flush(x->self);
     MODEL_ROW_SERIAL(x) {

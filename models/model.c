@@ -203,7 +203,8 @@ dt_status model_create(model *m, const model_config *config) {
         size_t floats = 0;
         for (int64_t l = 0; l < L; l++) {
             int64_t first = 0;
-            while (a->layers[first].head_dim != a->layers[l].head_dim) first++;
+            while (a->layers[first].head_dim != a->layers[l].head_dim)
+                first++;
             if (first == l) floats += (size_t)a->T_max * (size_t)a->layers[l].head_dim;
         }
         m->rope_table = malloc(floats * sizeof *m->rope_table);
@@ -215,7 +216,8 @@ dt_status model_create(model *m, const model_config *config) {
         for (int64_t l = 0; l < L; l++) {
             const int64_t hd = a->layers[l].head_dim;
             int64_t first = 0;
-            while (a->layers[first].head_dim != hd) first++;
+            while (a->layers[first].head_dim != hd)
+                first++;
             if (first < l) {
                 m->layers[l].rope_table = m->layers[first].rope_table;
                 continue;

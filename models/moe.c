@@ -57,25 +57,26 @@ dt_tensor *model_expert_matrix(ag_ctx *ctx, dt_tensor *weight, int64_t e) {
 /* ---- gated combine ---- */
 
 typedef struct moe_combine_saved {
-    int64_t n_tokens, k, width;  /* N, k, C */
-    const int32_t *experts;      /* [N,k] expert of slot (n, j) */
-    const int32_t *row_in_expert;/* [N,k] row of slot (n, j) in its expert's batch */
-    dt_tensor **expert_out;      /* [E] each [M_e, C]; NULL for an expert with no tokens */
-    dt_tensor *gates;            /* [N,k] */
+    int64_t n_tokens, k, width;   /* N, k, C */
+    const int32_t *experts;       /* [N,k] expert of slot (n, j) */
+    const int32_t *row_in_expert; /* [N,k] row of slot (n, j) in its expert's batch */
+    dt_tensor **expert_out;       /* [E] each [M_e, C]; NULL for an expert with no tokens */
+    dt_tensor *gates;             /* [N,k] */
 } moe_combine_saved;
 
 static void moe_combine_backward(ag_ctx *ctx, ag_node *node) {
     moe_combine_saved *s = node->saved;
     const int64_t N = s->n_tokens, k = s->k, C = s->width;
-    const float *d_out = node->out->grad; // [N,C]
-    const float *gates = dt_f32(s->gates); // [N,k]
+    const float *d_out = node->out->grad;    // [N,C]
+    const float *gates = dt_f32(s->gates);   // [N,k]
     float *d_gates = ag_grad(ctx, s->gates); // [N,k] or NULL
     int64_t n_expert = node->iarg[0];
     float **d_expert = ag_scratch(ctx, (size_t)n_expert * sizeof *d_expert);
     if (!d_expert) return;
-    for (int64_t e = 0; e < n_expert; e++) d_expert[e] = s->expert_out[e] ? ag_grad(ctx, s->expert_out[e]) : NULL;
-    /* Each (expert, row) belongs to exactly one (token, slot): rows of d_expert
-     * are written by one token only, so tokens run in parallel deterministically. */
+    for (int64_t e = 0; e < n_expert; e++)
+        d_expert[e] = s->expert_out[e] ? ag_grad(ctx, s->expert_out[e]) : NULL;
+        /* Each (expert, row) belongs to exactly one (token, slot): rows of d_expert
+         * are written by one token only, so tokens run in parallel deterministically. */
 #pragma omp parallel for if (N * k * C > 32768)
     for (int64_t n = 0; n < N; n++) {
         const float *d_row = d_out + n * C;
@@ -87,7 +88,8 @@ static void moe_combine_backward(ag_ctx *ctx, ag_node *node) {
             if (d_gates) {
                 const float *y = dt_f32(s->expert_out[e]) + row * C;
                 double dot = 0.0;
-                for (int64_t c = 0; c < C; c++) dot += (double)d_row[c] * y[c];
+                for (int64_t c = 0; c < C; c++)
+                    dot += (double)d_row[c] * y[c];
                 d_gates[slot] += (float)dot;
             }
         }
@@ -117,8 +119,13 @@ static dt_tensor *moe_combine(ag_ctx *ctx, dt_tensor **expert_out, int64_t n_exp
     if (!needs_grad) return out;
     moe_combine_saved *s = ag_scratch(ctx, sizeof *s);
     if (!s) return NULL;
-    *s = (moe_combine_saved){.n_tokens = N, .k = k, .width = C, .experts = experts, .row_in_expert = row_in_expert,
-                             .expert_out = expert_out, .gates = gates};
+    *s = (moe_combine_saved){.n_tokens = N,
+                             .k = k,
+                             .width = C,
+                             .experts = experts,
+                             .row_in_expert = row_in_expert,
+                             .expert_out = expert_out,
+                             .gates = gates};
     /* The tape records gates as the visible input; the expert outputs travel in
      * `saved` (there can be more experts than AG_MAX_INPUTS). */
     ag_node *node = ag_record(ctx, "moe_combine", moe_combine_backward, out, &gates, 1);
@@ -132,9 +139,12 @@ static dt_tensor *moe_combine(ag_ctx *ctx, dt_tensor **expert_out, int64_t n_exp
 
 void model_moe_fractions(float *fractions, const dt_tensor *experts, int64_t n_expert) {
     const int32_t *chosen = dt_i32(experts); // [N,k]
-    for (int64_t e = 0; e < n_expert; e++) fractions[e] = 0.0f;
-    for (int64_t i = 0; i < experts->size; i++) fractions[chosen[i]] += 1.0f;
-    for (int64_t e = 0; e < n_expert; e++) fractions[e] /= (float)experts->size;
+    for (int64_t e = 0; e < n_expert; e++)
+        fractions[e] = 0.0f;
+    for (int64_t i = 0; i < experts->size; i++)
+        fractions[chosen[i]] += 1.0f;
+    for (int64_t e = 0; e < n_expert; e++)
+        fractions[e] /= (float)experts->size;
 }
 
 dt_status model_moe_forward(ag_ctx *ctx, const model_moe_weights *weights, dt_tensor *x, int64_t k,
@@ -156,7 +166,7 @@ dt_status model_moe_forward(ag_ctx *ctx, const model_moe_weights *weights, dt_te
     if (!experts) return DT_ERR;
     k_topk(dt_i32(experts), NULL, dt_f32(select_logits), N, E, k);
     dt_tensor *chosen_logits = ag_gather_cols(ctx, router_logits, experts); // [N,k]
-    dt_tensor *gates = ag_softmax(ctx, chosen_logits);                     // [N,k]
+    dt_tensor *gates = ag_softmax(ctx, chosen_logits);                      // [N,k]
     if (!gates) return DT_ERR;
 
     /* Group the (token, slot) assignments by expert, tokens ascending. */
@@ -167,8 +177,10 @@ dt_status model_moe_forward(ag_ctx *ctx, const model_moe_weights *weights, dt_te
     dt_tensor **token_rows = ag_scratch(ctx, (size_t)E * sizeof *token_rows);
     dt_tensor **expert_out = ag_scratch(ctx, (size_t)E * sizeof *expert_out);
     if (!count || !fill || !row_in_expert || !token_rows || !expert_out) return DT_ERR;
-    for (int64_t e = 0; e < E; e++) count[e] = fill[e] = 0;
-    for (int64_t i = 0; i < N * k; i++) count[chosen[i]]++;
+    for (int64_t e = 0; e < E; e++)
+        count[e] = fill[e] = 0;
+    for (int64_t i = 0; i < N * k; i++)
+        count[chosen[i]]++;
     for (int64_t e = 0; e < E; e++) {
         token_rows[e] = count[e] ? ag_tensor(ctx, DT_I32, DT_SHAPE(count[e])) : NULL; // [M_e]
         if (count[e] && !token_rows[e]) return DT_ERR;
@@ -185,7 +197,7 @@ dt_status model_moe_forward(ag_ctx *ctx, const model_moe_weights *weights, dt_te
     for (int64_t e = 0; e < E; e++) {
         expert_out[e] = NULL;
         if (!count[e]) continue;
-        dt_tensor *expert_in = ag_gather_rows(ctx, x, token_rows[e]); // [M_e,C]
+        dt_tensor *expert_in = ag_gather_rows(ctx, x, token_rows[e]);                                     // [M_e,C]
         dt_tensor *gate_proj = ag_linear(ctx, expert_in, model_expert_matrix(ctx, weights->w1, e), NULL); // [M_e,F]
         dt_tensor *up_proj = ag_linear(ctx, expert_in, model_expert_matrix(ctx, weights->w3, e), NULL);   // [M_e,F]
         dt_tensor *hidden;
@@ -201,8 +213,9 @@ dt_status model_moe_forward(ag_ctx *ctx, const model_moe_weights *weights, dt_te
         }
         expert_out[e] = ag_linear(ctx, hidden, model_expert_matrix(ctx, weights->w2, e), NULL); // [M_e,C]
         if (!expert_out[e]) return DT_ERR;
-        if (dt_cols(expert_out[e]) != C) return dt_errorf("moe: expert output width %lld != d_model %lld",
-                                                          (long long)dt_cols(expert_out[e]), (long long)C);
+        if (dt_cols(expert_out[e]) != C)
+            return dt_errorf("moe: expert output width %lld != d_model %lld", (long long)dt_cols(expert_out[e]),
+                             (long long)C);
     }
     dt_tensor *out = moe_combine(ctx, expert_out, E, gates, chosen, row_in_expert, N, k, C);
     if (!out) return DT_ERR;

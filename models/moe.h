@@ -26,8 +26,8 @@ typedef struct model_moe_weights {
     dt_tensor *w1, *w3, *w2; /* [E,F,C] [E,F,C] [E,C,F] */
     /* Product experts (SPEC §6.1): 0 = SwiGLU; 2, 3, 4 factors (w1 ⊙ w3 (⊙ w4 (⊙ w5))). */
     int product_degree;
-    dt_tensor *w4, *w5;      /* [E,F,C] when the degree needs them */
-    dt_tensor *prod_norm;    /* [E,F] RMSNorm weight of the product (ffn_prod_norm), or NULL */
+    dt_tensor *w4, *w5;   /* [E,F,C] when the degree needs them */
+    dt_tensor *prod_norm; /* [E,F] RMSNorm weight of the product (ffn_prod_norm), or NULL */
     float norm_eps;
 } model_moe_weights;
 

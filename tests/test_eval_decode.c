@@ -164,6 +164,29 @@ Test(decode_tf, moe_share_off_own) {
 }
 
 /* The same checks on the BLIS path, and with one thread on the team path. */
+/* SPEC §6.1 product FFNs and §6.2 per-layer heads, every decode mode. */
+Test(decode_tf, nanogpt_triplu_branch) { check_against_teacher_forced(NANOGPT "ffn=triplu branch=decode " ALPHA_FREE, 41); }
+Test(decode_tf, llama_prod2_prodnorm_branch) {
+    check_against_teacher_forced(LLAMA "ffn=prod2 ffn_prod_norm=1 branch=decode " ALPHA_FREE, 42);
+}
+Test(decode_tf, llama_prod4_share_off) {
+    check_against_teacher_forced(LLAMA "ffn=prod4 ffn_prod_norm=1 branch=decode share=off " ALPHA_FREE, 43);
+}
+Test(decode_tf, moe_triplu_experts_replay) {
+    check_against_teacher_forced(MOE "ffn=triplu ffn_prod_norm=1 branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE,
+                                 44);
+}
+Test(decode_tf, moe_prod4_share_off_own) {
+    check_against_teacher_forced(
+        MOE "ffn=prod4 branch=decode share=off branch_routing=own top_k=2 top_k_branch=3 " ALPHA_FREE, 45);
+}
+Test(decode_tf, nanogpt_layer_heads_branch) {
+    check_against_teacher_forced(NANOGPT "layer_heads=1,4 branch=decode " ALPHA_FREE, 46);
+}
+Test(decode_tf, llama_layer_heads_gqa_branch) {
+    check_against_teacher_forced(LLAMA "layer_heads=2,8 branch=decode " ALPHA_FREE, 47);
+}
+
 Test(decode_tf, blis_path) {
     engine_matvec = EVAL_MATVEC_BLIS;
     check_against_teacher_forced(LLAMA "branch=decode share=off " ALPHA_FREE, 16);
@@ -254,6 +277,10 @@ Test(decode_reference, llama_branch) { check_reference("04_llama_branch.h5"); }
 Test(decode_reference, moe_base) { check_reference("05_moe_base.h5"); }
 Test(decode_reference, moe_branch_replay) { check_reference("06_moe_branch_replay.h5"); }
 Test(decode_reference, llama_branch_alpha_fixed) { check_reference("07_llama_branch_alpha_fixed.h5"); }
+/* SPEC §6 options (tests/reference/options: copies of ../shared/reference/options) */
+Test(decode_reference, llama_triplu_branch) { check_reference("options/08_llama_triplu_branch.h5"); }
+Test(decode_reference, nanogpt_prism) { check_reference("options/09_nanogpt_prism.h5"); }
+Test(decode_reference, moe_triplu_prodnorm) { check_reference("options/16_moe_triplu_prodnorm.h5"); }
 
 /* ---- what grouping saves ------------------------------------------------- */
 

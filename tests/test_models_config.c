@@ -813,9 +813,6 @@ Test(config, spec6_defaults_are_the_spec_table) {
 Test(config, spec6_options_are_refused_until_implemented) {
     const char *cases[][3] = {
         /* pairs, a word the message must hold */
-        {"ffn=triplu", "ffn", "not implemented"},
-        {"ffn=prod2 ffn_prod_norm=1", "ffn", "not implemented"},
-        {"layer_heads=4,4,4,4", "layer_heads", "not implemented"},
         {"attn_res=full", "attn_res", "not implemented"},
         {"recurrent=1", "recurrent", "not implemented"},
         {"alibi=1", "alibi", "not implemented"},
@@ -835,6 +832,10 @@ Test(config, spec6_options_are_refused_until_implemented) {
         /* values outside the table */
         {"layer_heads=4,4", "layer_heads", "n_layer"},
         {"layer_heads=4,x,4,4", "layer_heads", "integers"},
+        /* SPEC §6.2's shape rules: heads divide d_model, RoPE head widths even, integer kv heads */
+        {"d_model=48 layer_heads=4,5,4,4", "layer_heads", "divide d_model"},
+        {"d_model=48 n_head=4 layer_heads=4,16,4,4", "layer_heads", "even"},
+        {"d_model=64 n_head=4 n_kv_head=2 layer_heads=4,1,4,4", "layer_heads", "kv-head"},
         {"n_loop=0", "n_loop", "[1,"},
         {"disco_alpha=1.5", "disco_alpha", "[0, 1]"},
     };
@@ -848,6 +849,19 @@ Test(config, spec6_options_are_refused_until_implemented) {
     model_config c = model_config_default(FAMILY_LLAMA);
     cr_assert_eq(model_config_set(&c, "ffn", "quadratic"), DT_ERR);
     cr_assert(strstr(dt_error_message(), "default|triplu|prod2|prod4"), "%s", dt_error_message());
+}
+
+/* The implemented SPEC §6 options validate (and keep their values). */
+Test(config, spec6_implemented_options_validate) {
+    const char *cases[] = {"ffn=triplu", "ffn=prod2 ffn_prod_norm=1", "ffn=prod4 d_ff=96", "layer_heads=1,2,4,8",
+                           "family=moe n_expert=4 top_k=2 ffn=triplu ffn_prod_norm=1",
+                           "family=nanogpt ffn=triplu d_ff=100", "family=nanogpt layer_heads=2,4,8,16"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_config c = model_config_default(FAMILY_LLAMA);
+        apply_pairs(&c, "d_model=64 n_head=4 n_kv_head=4 n_layer=4");
+        apply_pairs(&c, cases[i]);
+        cr_assert_eq(model_config_validate(&c), DT_OK, "'%s': %s", cases[i], dt_error_message());
+    }
 }
 
 Test(config, every_key_has_a_description_with_its_range) {

@@ -175,9 +175,13 @@ static int check_gradients(const char *label, const model_config *config, object
      * sizes that disagree expose such entries; they are skipped and counted
      * (a smooth model must have none). A wrong gradient still fails: both
      * quotients agree with each other and not with it. */
-    /* MoE takes smaller steps (fewer flips) and so a larger float32 noise floor. */
-    const int moe = config->family == FAMILY_MOE;
-    const double eps = moe ? 3e-3 : 1e-2, tol = 2e-2, noise = moe ? 3e-4 : 1e-4;
+    /* MoE takes smaller steps (fewer flips) and so a larger float32 noise floor.
+     * So do product FFNs (SPEC §6.1): a product of 3-4 projections has large
+     * third derivatives, and at the dense step the central difference's
+     * O(eps^2) error alone reached 2% (Richardson extrapolation of the two
+     * quotients landed on the analytic value). */
+    const int moe = config->family == FAMILY_MOE, small_step = moe || config->ffn != FFN_DEFAULT;
+    const double eps = small_step ? 3e-3 : 1e-2, tol = 2e-2, noise = small_step ? 3e-4 : 1e-4;
     dt_rng rng;
     dt_rng_seed(&rng, seed + 2);
     int n_checked = 0, n_skipped = 0;
@@ -267,6 +271,41 @@ Test(gradcheck, moe) {
     c.top_k_branch = 1;
     c.share = 1;
     check_gradients("moe own k_b=1", &c, OBJECTIVE_MODEL_LOSS, every_param, 12);
+}
+
+/* SPEC §6.1 product FFNs (dense and MoE experts, with the branch coupled to
+ * the product) and §6.2 per-layer heads. */
+Test(gradcheck, product_ffns) {
+    model_config c = tiny_config(FAMILY_LLAMA, 1);
+    c.ffn = FFN_TRIPLU;
+    c.mix_alpha_min = 0.0;
+    cr_assert_gt(check_gradients("llama triplu branch", &c, OBJECTIVE_MODEL_LOSS, every_param, 21), 0);
+    c.ffn = FFN_PROD4;
+    c.share = 0;
+    cr_assert_gt(check_gradients("llama prod4 share=off", &c, OBJECTIVE_MODEL_LOSS, every_param, 22), 0);
+    c.ffn = FFN_TRIPLU;
+    c.ffn_prod_norm = 1;
+    cr_assert_gt(check_gradients("llama triplu prod_norm share=off", &c, OBJECTIVE_MODEL_LOSS, every_param, 27), 0);
+    c = tiny_config(FAMILY_NANOGPT, 0);
+    c.ffn = FFN_PROD2;
+    c.ffn_prod_norm = 1;
+    cr_assert_gt(check_gradients("nanogpt prod2 prod_norm", &c, OBJECTIVE_MODEL_LOSS, every_param, 23), 0);
+    c = tiny_config(FAMILY_MOE, 1);
+    c.ffn = FFN_TRIPLU;
+    c.ffn_prod_norm = 1;
+    c.mix_alpha_min = 0.0;
+    cr_assert_gt(check_gradients("moe triplu experts prod_norm", &c, OBJECTIVE_MODEL_LOSS, every_param, 24), 0);
+}
+
+Test(gradcheck, per_layer_heads) {
+    model_config c = tiny_config(FAMILY_NANOGPT, 1);
+    snprintf(c.layer_heads, sizeof c.layer_heads, "1,4");
+    c.mix_alpha_min = 0.0;
+    cr_assert_gt(check_gradients("nanogpt layer_heads 1,4 branch", &c, OBJECTIVE_MODEL_LOSS, every_param, 25), 0);
+    c = tiny_config(FAMILY_LLAMA, 0);
+    c.n_kv_head = 1; /* GQA ratio 2: layers of 2 and 4 heads get 1 and 2 kv heads */
+    snprintf(c.layer_heads, sizeof c.layer_heads, "4,2");
+    cr_assert_gt(check_gradients("llama layer_heads 4,2 gqa", &c, OBJECTIVE_MODEL_LOSS, every_param, 26), 0);
 }
 
 Test(gradcheck, alpha_detach) {

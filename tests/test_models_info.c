@@ -50,7 +50,10 @@ static int64_t registry_sum(const model *m, const char *prefix, const char *excl
 Test(info, counts_match_the_registry) {
     const model_family families[] = {FAMILY_NANOGPT, FAMILY_LLAMA, FAMILY_MOE};
     const char *variants[] = {"", "branch=decode", "branch=decode share=off", "branch=decode couple=off",
-                              "branch=decode branch_emb=shared tie_embeddings=1", "branch=decode share=off couple=off"};
+                              "branch=decode branch_emb=shared tie_embeddings=1", "branch=decode share=off couple=off",
+                              /* SPEC §6.1 product FFNs and §6.2 per-layer heads */
+                              "ffn=triplu branch=decode", "ffn=prod4 ffn_prod_norm=1 branch=decode share=off",
+                              "ffn=prod2 ffn_prod_norm=1", "layer_heads=2,4,8 branch=decode"};
     for (int f = 0; f < 3; f++) {
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             model_config c = config_of(families[f], variants[v]);
@@ -72,6 +75,37 @@ Test(info, counts_match_the_registry) {
             model_free(&m);
         }
     }
+}
+
+/* SPEC §6.1's d_ff = 0 widths, computed by hand: llama/moe from the SwiGLU
+ * width S = round32(8C/3) = 192 at C = 64: triplu round32(3S/4) = 160, prod2
+ * S = 192, prod4 round32(3S/5) = round32(115.2) = 128; nanogpt round32(2C) =
+ * 128, round32(8C/3) = 192, round32(8C/5) = round32(102.4) = 128. An explicit
+ * d_ff is used as given, for nanogpt too. */
+Test(info, product_ffn_widths_and_counts) {
+    const char *words[] = {"triplu", "prod2", "prod4"};
+    const int64_t llama_width[] = {160, 192, 128}, nanogpt_width[] = {128, 192, 128}, factors[] = {3, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        char pairs[128];
+        snprintf(pairs, sizeof pairs, "d_model=64 d_ff=0 ffn=%s", words[i]);
+        model_config c = config_of(FAMILY_LLAMA, pairs);
+        model_info info;
+        cr_assert_eq(model_info_compute(&c, 0, &info), DT_OK, "%s", dt_error_message());
+        cr_assert_eq(info.config.d_ff, llama_width[i], "llama %s: d_ff %lld", words[i], (long long)info.config.d_ff);
+        /* per layer: 2 norms, q 64x64, k v 32x64, o 64x64, the factors and w2 (F x 64 each) */
+        const int64_t F = llama_width[i];
+        cr_assert_eq(info.layer_params_primary, 2 * 64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + (factors[i] + 1) * F * 64);
+        c = config_of(FAMILY_NANOGPT, pairs);
+        cr_assert_eq(model_info_compute(&c, 0, &info), DT_OK, "%s", dt_error_message());
+        cr_assert_eq(info.config.d_ff, nanogpt_width[i], "nanogpt %s: d_ff %lld", words[i],
+                     (long long)info.config.d_ff);
+    }
+    model_config c = config_of(FAMILY_NANOGPT, "d_ff=40 ffn=triplu ffn_prod_norm=1");
+    model_info info;
+    cr_assert_eq(model_info_compute(&c, 0, &info), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(info.config.d_ff, 40, "an explicit d_ff is kept");
+    /* nanogpt layer: 2 LayerNorms with biases, q k v o with biases, 4 matrices of 40 x 16, prod_norm [40] */
+    cr_assert_eq(info.layer_params_primary, 4 * 16 + 4 * (16 * 16 + 16) + 4 * 40 * 16 + 40);
 }
 
 Test(info, counts_of_published_models) {
