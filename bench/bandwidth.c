@@ -1,7 +1,7 @@
 /* The read-bandwidth probe (see bandwidth.h). Each thread sums one contiguous
  * slab with several independent vector accumulators, so the loop is limited
  * by loads, not by the latency of the additions. */
-#include "eval/bandwidth.h"
+#include "bench/bandwidth.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -39,7 +39,7 @@ static double slab_sum(const float *x, int64_t n) {
     return total;
 }
 
-double eval_bandwidth_sum(const float *x, int64_t n) {
+double bench_bandwidth_sum(const float *x, int64_t n) {
     double total = 0.0;
 #pragma omp parallel reduction(+ : total)
     {
@@ -55,7 +55,7 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-dt_status eval_read_probe_init(eval_read_probe *probe, int64_t bytes) {
+dt_status bench_read_probe_init(bench_read_probe *probe, int64_t bytes) {
     memset(probe, 0, sizeof *probe);
     if (bytes < 64 * 1024) return dt_errorf("bandwidth probe: need a buffer of >= 64 KiB (got %lld bytes)", (long long)bytes);
     int64_t n = bytes / (int64_t)sizeof(float);
@@ -75,38 +75,38 @@ dt_status eval_read_probe_init(eval_read_probe *probe, int64_t bytes) {
     return DT_OK;
 }
 
-double eval_read_probe_pass(eval_read_probe *probe) {
+double bench_read_probe_pass(bench_read_probe *probe) {
     double t0 = now_seconds();
-    probe->checksum = eval_bandwidth_sum(probe->buffer, probe->n_floats);
+    probe->checksum = bench_bandwidth_sum(probe->buffer, probe->n_floats);
     double seconds = now_seconds() - t0;
     if (probe->n_passes == 0 || seconds < probe->best_seconds) probe->best_seconds = seconds;
     probe->n_passes++;
     return (double)probe->n_floats * 4.0 / seconds * 1e-9;
 }
 
-void eval_read_probe_free(eval_read_probe *probe) {
+void bench_read_probe_free(bench_read_probe *probe) {
     free(probe->buffer);
     memset(probe, 0, sizeof *probe);
 }
 
-dt_status eval_bandwidth_probe(int64_t bytes, int passes, eval_bandwidth *result) {
+dt_status bench_bandwidth_probe(int64_t bytes, int passes, bench_bandwidth *result) {
     if (passes < 1) return dt_errorf("bandwidth probe: need >= 1 pass (got %d)", passes);
-    eval_read_probe probe;
-    if (eval_read_probe_init(&probe, bytes) != DT_OK) return DT_ERR;
+    bench_read_probe probe;
+    if (bench_read_probe_init(&probe, bytes) != DT_OK) return DT_ERR;
     double *gbps = malloc((size_t)passes * sizeof(double));
     if (!gbps) {
-        eval_read_probe_free(&probe);
+        bench_read_probe_free(&probe);
         return dt_errorf("bandwidth probe: out of memory");
     }
-    for (int p = 0; p < passes; p++) gbps[p] = eval_read_probe_pass(&probe);
+    for (int p = 0; p < passes; p++) gbps[p] = bench_read_probe_pass(&probe);
     qsort(gbps, (size_t)passes, sizeof(double), compare_doubles);
-    result->best_gbps = eval_read_probe_best_gbps(&probe);
+    result->best_gbps = bench_read_probe_best_gbps(&probe);
     result->median_gbps = gbps[passes / 2];
     result->bytes = probe.n_floats * (int64_t)sizeof(float);
     result->passes = passes;
     result->threads = omp_get_max_threads();
     result->checksum = probe.checksum;
     free(gbps);
-    eval_read_probe_free(&probe);
+    bench_read_probe_free(&probe);
     return DT_OK;
 }

@@ -1,6 +1,6 @@
 /* dbranch bench decode: baseline vs grouped vs un-grouped Decode-Branch decode
  * on the KV-cache engine (eval/decode.h), against the machine's read
- * bandwidth measured in the same run (eval/bandwidth.h).
+ * bandwidth measured in the same run (bench/bandwidth.h).
  *
  * Decode at batch 1 is bound by memory traffic: every step streams all the
  * weights it touches. So beside ms/token we report the bytes a step reads
@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "core/rng.h"
-#include "eval/bandwidth.h"
-#include "eval/bench.h"
+#include "bench/bandwidth.h"
+#include "bench/bench.h"
 #include "eval/decode.h"
 #include "eval/matvec.h"
 #include "kernels/gemm.h"
@@ -140,7 +140,7 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
                          .n_tokens = 32,
                          .threads = 0,
                          .matvec = EVAL_MATVEC_OWN,
-                         .probe_mib = EVAL_BANDWIDTH_DEFAULT_MIB,
+                         .probe_mib = BENCH_BANDWIDTH_DEFAULT_MIB,
                          .probe_every = DEFAULT_PROBE_EVERY,
                          .probe_passes = 3,
                          .prefill_repeats = 5,
@@ -270,7 +270,7 @@ int bench_decode_main(int argc, char **argv) {
     int have_model = 0, n_sessions = 0, code = 1;
     eval_decode_session sessions[N_MODES];
     mode_result results[N_MODES];
-    eval_read_probe probe;
+    bench_read_probe probe;
     double *step_times = NULL, *prefill_times = NULL, *probe_gbps = NULL;
     int32_t *tokens = NULL;
     float *matvec_in = NULL, *matvec_out = NULL;
@@ -335,9 +335,9 @@ int bench_decode_main(int argc, char **argv) {
     long llc_bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (llc_bytes <= 0) llc_bytes = 32L << 20;
     int interleave = o.probe_every > 0 && (double)model_param_count(&m, PARAM_PRIMARY) * 4.0 > (double)llc_bytes;
-    if (eval_read_probe_init(&probe, o.probe_mib << 20) != DT_OK) goto fail;
+    if (bench_read_probe_init(&probe, o.probe_mib << 20) != DT_OK) goto fail;
     int n_probe = 0;
-    for (int p = 0; p < o.probe_passes; p++) probe_gbps[n_probe++] = eval_read_probe_pass(&probe);
+    for (int p = 0; p < o.probe_passes; p++) probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
 
     /* Prefill: one warm-up, then repeats; modes in a rotating order. */
     for (int i = 0; i < n_modes; i++)
@@ -349,7 +349,7 @@ int bench_decode_main(int argc, char **argv) {
             if (eval_decode_prefill(&sessions[i], tokens, o.prompt_len, NULL) != DT_OK) goto fail;
             prefill_times[i * o.prefill_repeats + r] = now_seconds() - t0;
         }
-        if (interleave) probe_gbps[n_probe++] = eval_read_probe_pass(&probe);
+        if (interleave) probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
     }
     /* Decode: token by token, every mode at the same position in a rotating
      * order (none always runs right after the probe has flushed the caches). */
@@ -365,10 +365,10 @@ int bench_decode_main(int argc, char **argv) {
             results[i].matrix_loads += (double)s->traffic.matrix_loads / (double)o.n_tokens;
             results[i].expert_loads += (double)s->traffic.expert_loads / (double)o.n_tokens;
         }
-        if (interleave && t % o.probe_every == o.probe_every - 1) probe_gbps[n_probe++] = eval_read_probe_pass(&probe);
+        if (interleave && t % o.probe_every == o.probe_every - 1) probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
     }
-    for (int p = 0; p < (interleave ? 2 : o.probe_passes); p++) probe_gbps[n_probe++] = eval_read_probe_pass(&probe);
-    double probe_best = eval_read_probe_best_gbps(&probe), probe_median = median(probe_gbps, n_probe);
+    for (int p = 0; p < (interleave ? 2 : o.probe_passes); p++) probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
+    double probe_best = bench_read_probe_best_gbps(&probe), probe_median = median(probe_gbps, n_probe);
     for (int i = 0; i < n_modes; i++) {
         double total = 0.0;
         for (int64_t t = 0; t < o.n_tokens; t++) total += step_times[i * o.n_tokens + t];
@@ -484,7 +484,7 @@ fail:
 done:
     for (int i = 0; i < n_sessions; i++) eval_decode_free(&sessions[i]);
     if (have_model) model_free(&m);
-    eval_read_probe_free(&probe);
+    bench_read_probe_free(&probe);
     free(tokens);
     free(step_times);
     free(prefill_times);

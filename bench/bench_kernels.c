@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "core/rng.h"
-#include "eval/bench.h"
+#include "bench/bench.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 

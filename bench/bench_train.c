@@ -31,7 +31,7 @@
  * pre-activation and activation, plus norm statistics and per-head
  * log-sum-exps; the logits). Peak RSS (getrusage) also holds the binary and
  * its libraries, which the report prints separately. */
-#include "train/bench_train.h"
+#include "bench/bench_train.h"
 
 #include <math.h>
 #include <omp.h>
@@ -42,6 +42,7 @@
 #include <time.h>
 
 #include "autograd/tape.h"
+#include "bench/bench.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/tokens.h"

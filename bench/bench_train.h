@@ -6,8 +6,8 @@
  *
  * The cost model (bench_train_cost) is exposed so tests can check it against
  * an independent count. */
-#ifndef TRAIN_BENCH_TRAIN_H
-#define TRAIN_BENCH_TRAIN_H
+#ifndef BENCH_BENCH_TRAIN_H
+#define BENCH_BENCH_TRAIN_H
 
 #include <stdint.h>
 
@@ -28,8 +28,5 @@ typedef struct bench_train_cost {
 
 /* Fills *cost for model m trained at batch B, sequence length T. */
 void bench_train_cost_of(const model *m, int64_t B, int64_t T, bench_train_cost *cost);
-
-/* `dbranch bench train [options]` (argv after "train"); returns the exit code. */
-int bench_train_main(int argc, char **argv);
 
 #endif

@@ -5,7 +5,7 @@
 #include <math.h>
 
 #include "models/model.h"
-#include "train/bench_train.h"
+#include "bench/bench_train.h"
 
 static model make(model_config c) {
     cr_assert_eq(model_config_validate(&c), DT_OK, "%s", dt_error_message());
