@@ -1,10 +1,9 @@
-/* dbranch bench <suite>: dispatches to the benchmark suites in eval/ (and train/). */
+/* dbranch bench <suite>: dispatches to the benchmark suites in bench/. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
-#include "eval/bench.h"
-#include "train/bench_train.h"
+#include "bench/bench.h"
 
 static void usage(FILE *out) {
     fprintf(out,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The studies of the Decode-Branch research issue, from training to tables
-# and plots (experiments/RESULTS.md quotes what this writes):
+# and plots (experiments/RESULTS.md quotes what this writes). Each study is a
+# folder beside this script, holding its definition (study.sh), a README,
+# its runs manifest (runs.md) and its results, one folder per scale:
 #
 #   matched    each family (nanogpt, llama, moe) as baseline and as
 #              Decode-Branch twin on both corpora (kjv, pycode bytes): same
@@ -27,14 +29,18 @@
 #               "twice the tokens" row gets 2N)
 #   --families / --corpora restrict the matched study
 #   --set K=V   passed to every `dbranch train` (e.g. train.eval_every=30)
-#   --tables-only  train nothing: rebuild tables and plots from the finished
-#               runs under OUT (rows with no finished seed show no numbers)
-# Results: OUT/<study>/<row>/seed<S>/{log.jsonl,train.txt,command.txt}, and
-# OUT/<study>/{table.md,table.tsv,*.png} (default OUT: experiments/results).
-# Finished (row, seed) runs are skipped, so a stopped study resumes; delete a
-# run's directory to redo it. Binary: $DBRANCH_BINARY, else built in
-# $BUILD_DIR (default build/). Data: DATA_DIR/{kjv,pycode}_byte.h5, prepared
-# on first use (default data_out/).
+#   --tables-only  train nothing: rebuild tables, plots and the manifest from
+#               the finished runs under OUT (rows with no finished seed show
+#               no numbers)
+# Results: OUT/<study>/<scale>/<row>/seed<S>/{log.jsonl,provenance.json,
+# train.txt,command.txt}, OUT/<study>/<scale>/{table.md,table.tsv,*.png} and
+# the manifest OUT/<study>/runs.md (every run of every scale: its command and
+# its log). OUT defaults to experiments/ (so a study's results sit in its
+# folder); <scale> is the token budget as a number: 600k, 4M (the config's
+# budget, or --tokens / --set train.tokens). Finished (row, seed) runs are
+# skipped, so a stopped study resumes; delete a run's directory to redo it.
+# Binary: $DBRANCH_BINARY, else built in $BUILD_DIR (default build/). Data:
+# DATA_DIR/{kjv,pycode}_byte.h5, prepared on first use (default data_out/).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -82,7 +88,7 @@ if [ "$QUICK" = 1 ]; then
     # 12 steps of 4 x 32 tokens: enough to move the loss off ln 256.
     [ -n "$TOKENS_OVERRIDE" ] || TOKENS_OVERRIDE=1536
 fi
-[ -n "$OUT" ] || OUT="$ROOT/experiments/results"
+[ -n "$OUT" ] || OUT="$ROOT/experiments"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 # Runs start from the repository root and name files relative to it, so the
@@ -100,6 +106,12 @@ cd "$ROOT"
 . "$ROOT/experiments/lib/plot.sh"
 exp_find_binary
 
+# The scale folder of this invocation: the token budget every row starts from
+# (a row's TOKEN_FACTOR multiplies its own budget, not the folder's name).
+budget_args=(--config experiments/configs/study_nanogpt.ini "${EXTRA_SETS[@]}")
+[ -n "$TOKENS_OVERRIDE" ] && budget_args+=(--tokens "$TOKENS_OVERRIDE")
+SCALE=$(exp_scale_name "$(exp_budget "${budget_args[@]}")")
+
 # Declares a row of the current study and trains it for every seed:
 #   row NAME REFERENCE CONFIG CORPUS [--set k=v ...]
 # REFERENCE is the row its loss is compared against ("-": none).
@@ -113,8 +125,10 @@ row() {
     done
 }
 
+# CURRENT is the study's folder for this scale, relative to OUT
+# ("matched/4M"): what the table, plot and train helpers take as STUDY.
 begin_study() {
-    CURRENT=$1
+    CURRENT=$1/$SCALE
     mkdir -p "$OUT/$CURRENT"
     : >"$OUT/$CURRENT/rows.tsv"
     echo "== study $CURRENT -> $OUT/$CURRENT" >&2
@@ -128,161 +142,20 @@ end_study() {
         [ "$reference" = - ] || exp_row_diff "$CURRENT" "$name" "$reference"
     done <"$OUT/$CURRENT/rows.tsv"
     echo "   table: $OUT/$CURRENT/table.md" >&2
+    exp_manifest "${CURRENT%/*}"
 }
 
 BRANCH=(--set model.branch=decode)
 
-study_matched() {
-    begin_study matched
-    local corpus family
-    for corpus in $CORPORA; do
-        for family in $FAMILIES; do
-            row "$corpus-$family-base" - "study_$family.ini" "$corpus"
-            row "$corpus-$family-branch" "$corpus-$family-base" "study_$family.ini" "$corpus" "${BRANCH[@]}"
-        done
-    done
-    end_study
-    local twins=()
-    for corpus in $CORPORA; do
-        for family in $FAMILIES; do
-            exp_plot_curves matched "$corpus-$family" "$family on $corpus: baseline vs Decode-Branch (mean of seeds)" \
-                "$corpus-$family-base" "$corpus-$family-branch"
-            twins+=("$corpus-$family-branch")
-        done
-    done
-    exp_plot_diffs matched all "Decode-Branch vs its baseline, paired by seed (below 0: the twin is better)" "${twins[@]}"
-}
-
-# The twin costs about one more pass of every shared matrix per token
-# (`dbranch info`: branch row FLOPs ~ 0.8-0.9x the primary's), so the
-# controls spend about twice the baseline's compute another way.
-study_control() {
-    begin_study control
-    row base - study_nanogpt.ini kjv
-    row branch base study_nanogpt.ini kjv "${BRANCH[@]}"
-    row base-2x-layers base study_nanogpt.ini kjv --set model.n_layer=8
-    TOKEN_FACTOR=2 row base-2x-tokens base study_nanogpt.ini kjv
-    end_study
-    exp_plot_curves control all "nanogpt on kjv: Decode-Branch vs compute-matched baselines" \
-        base branch base-2x-layers base-2x-tokens
-    # Not the 2x-tokens row: at a given token count it is mid-way down its own,
-    # longer schedule, so the difference along training would mislead.
-    exp_plot_diffs control all "nanogpt on kjv: each row vs the baseline, paired by seed" branch base-2x-layers
-}
-
-study_ablations() {
-    begin_study ablations
-    row base - study_nanogpt.ini kjv
-    row branch base study_nanogpt.ini kjv "${BRANCH[@]}"
-    row couple-off branch study_nanogpt.ini kjv "${BRANCH[@]}" --set model.couple=off
-    row share-off branch study_nanogpt.ini kjv "${BRANCH[@]}" --set model.share=off
-    row branch-emb-shared branch study_nanogpt.ini kjv "${BRANCH[@]}" --set model.branch_emb=shared
-    row detach-primary branch study_nanogpt.ini kjv "${BRANCH[@]}" --set model.detach_primary=1
-    row alpha-fixed-0.5 branch study_nanogpt.ini kjv "${BRANCH[@]}" --set model.mix_alpha_min=0.5 \
-        --set model.mix_alpha_max=0.5
-    row branch-only branch study_nanogpt.ini kjv "${BRANCH[@]}" --set model.mix_alpha_min=0 \
-        --set model.mix_alpha_max=0
-    end_study
-    exp_plot_curves ablations all "nanogpt on kjv: Decode-Branch ablations" \
-        base branch couple-off share-off branch-emb-shared detach-primary alpha-fixed-0.5 branch-only
-    exp_plot_diffs ablations all "nanogpt on kjv: each ablation vs the default twin, paired by seed" \
-        couple-off share-off branch-emb-shared detach-primary alpha-fixed-0.5 branch-only
-}
-
-# One MoE row: trains it, then records its decode cost from `dbranch info`
-# (experts read per layer and weight bytes per decode step, grouped) and from
-# `dbranch bench decode` on the first seed's trained weights (grouped
-# ms/token, measured expert loads; the same process times the baseline path).
-moe_row() { # name reference top_k top_k_branch routing|-
-    local name=$1 ref=$2 top_k=$3 top_k_branch=$4 routing=$5
-    local sets=(--set model.top_k="$top_k")
-    [ "$routing" != - ] && sets+=("${BRANCH[@]}" --set model.top_k_branch="$top_k_branch" --set model.branch_routing="$routing")
-    local first_seed=${SEEDS%% *}
-    KEEP_CHECKPOINT=1 row "$name" "$ref" study_moe.ini kjv "${sets[@]}"
-    local dir="$OUT/moe/$name" mode=grouped
-    [ "$routing" = - ] && mode=baseline
-    # dbranch info takes bare model keys: the row's settings (and the toy
-    # shape in --quick) without the "model." prefix.
-    local info_sets=() model_sets=("${sets[@]}") s
-    if [ "$QUICK" = 1 ]; then
-        exp_quick_sets "$ROOT/experiments/configs/study_moe.ini"
-        model_sets=("${QUICK_SETS[@]}" "${sets[@]}")
-    fi
-    for s in "${model_sets[@]}"; do
-        case "$s" in model.*) info_sets+=(--set "${s#model.}") ;; esac
-    done
-    if [ ! -f "$dir/cost.tsv" ]; then
-        local info exact experts weight_bytes
-        info=$("$DBRANCH" info "$ROOT/experiments/configs/study_moe.ini" "${info_sets[@]}")
-        # "exact: ... weight bytes BASE[ / GROUPED / UNGROUPED]; ..." (one number without a branch)
-        exact=$(printf '%s\n' "$info" | grep '^exact:')
-        if [ "$mode" = baseline ]; then
-            experts=$(printf '%s\n' "$info" | awk '$1 == "baseline" { print $NF }')
-            weight_bytes=$(printf '%s\n' "$exact" | sed -n 's/.*weight bytes \([0-9]*\).*/\1/p')
-        else
-            experts=$(printf '%s\n' "$info" | awk '$1 == "Decode-Branch" && $2 == "grouped" { print $NF }')
-            weight_bytes=$(printf '%s\n' "$exact" | sed -n 's/.*weight bytes [0-9]* \/ \([0-9]*\).*/\1/p')
-        fi
-        local ms="null" loads="null" ratio="null"
-        local checkpoint="$dir/seed$first_seed/checkpoint.h5"
-        if [ -f "$checkpoint" ]; then
-            local bench_args=(bench decode --model "$(exp_relative "$checkpoint")" --threads "$THREADS" --json)
-            [ "$QUICK" = 1 ] && bench_args+=(--prompt-len 4 --tokens 8 --probe-mib 8) || bench_args+=(--prompt-len 32 --tokens 64)
-            if "$DBRANCH" "${bench_args[@]}" >"$dir/bench.json" 2>"$dir/bench.txt"; then
-                local line
-                line=$(grep "\"mode\": \"$mode\"" "$dir/bench.json" || true)
-                ms=$(printf '%s' "$line" | sed -n 's/.*"decode_ms_per_token": \([^,]*\),.*/\1/p')
-                loads=$(printf '%s' "$line" | sed -n 's/.*"expert_loads_per_token": \([^,]*\),.*/\1/p')
-                ratio=$(printf '%s' "$line" | sed -n 's/.*"ms_ratio_to_baseline": \([^,}]*\).*/\1/p')
-            else
-                echo "   (bench decode failed for $name; see $dir/bench.txt)" >&2
-            fi
-        fi
-        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$experts" "$weight_bytes" "${ms:-null}" "${loads:-null}" \
-            "${ratio:-null}" >"$dir/cost.tsv"
-    fi
-    rm -f "$dir"/seed*/checkpoint.h5
-}
-
-study_moe() {
-    begin_study moe
-    local k kb routing
-    for k in 1 2 3; do moe_row "base-k$k" - "$k" 0 -; done
-    for routing in replay own; do
-        for kb in 1 2 4; do moe_row "A-k1-kb$kb-$routing" base-k1 1 "$kb" "$routing"; done
-        for k in 1 2 3; do moe_row "B-k$k-kb$((4 - k))-$routing" "base-k$k" "$k" "$((4 - k))" "$routing"; done
-    done
-    end_study
-    exp_moe_cost_table
-    exp_plot_curves moe replay "MoE on kjv, replay routing" base-k1 base-k2 base-k3 \
-        A-k1-kb1-replay A-k1-kb2-replay A-k1-kb4-replay B-k1-kb3-replay B-k2-kb2-replay B-k3-kb1-replay
-    exp_plot_curves moe own "MoE on kjv, own routing" base-k1 base-k2 base-k3 \
-        A-k1-kb1-own A-k1-kb2-own A-k1-kb4-own B-k1-kb3-own B-k2-kb2-own B-k3-kb1-own
-    exp_plot_moe_tradeoff
-}
-
-# Validation loss beside decode cost: OUT/moe/cost.md (and cost.tsv).
-exp_moe_cost_table() {
-    local dir="$OUT/moe"
-    cat "$dir"/*/cost.tsv >"$dir/cost_rows.tsv"
-    awk -F'\t' -v md="$dir/cost.md" -v tsv="$dir/cost.tsv" '
-        FNR == NR { if (FNR > 1) { loss[$1] = $4; sd[$1] = $5; rel[$1] = $10; relsd[$1] = $11; order[++n] = $1 }; next }
-        { experts[$1] = $2; bytes[$1] = $3; ms[$1] = $4; loads[$1] = $5; ratio[$1] = $6 }
-        END {
-            print "| row | val loss | rel. diff vs baseline | experts/layer/step (info) | weight MB/step (info) | expert loads/step, all layers (bench) | decode ms/token (bench) | ms ratio to the baseline path of the same model (bench) |" > md
-            print "|---|---|---|---|---|---|---|---|" > md
-            print "row\tloss_mean\texperts_per_layer\tweight_bytes\tdecode_ms\texpert_loads\tms_ratio" > tsv
-            for (i = 1; i <= n; i++) {
-                r = order[i]
-                printf "| %s | %.4f%s | %s | %s | %.2f | %s | %s | %s |\n", r, loss[r], sd[r] == "nan" ? "" : sprintf(" ± %.4f", sd[r]),
-                    rel[r] == "nan" ? "–" : sprintf("%+.2f%%%s", rel[r], relsd[r] == "nan" ? "" : sprintf(" ± %.2f", relsd[r])),
-                    experts[r], bytes[r] / 1e6, loads[r] == "null" ? "–" : loads[r],
-                    ms[r] == "null" ? "–" : ms[r], ratio[r] == "null" ? "–" : ratio[r] > md
-                printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r, loss[r], experts[r], bytes[r], ms[r], loads[r], ratio[r] > tsv
-            }
-        }' "$dir/table.tsv" "$dir/cost_rows.tsv"
-    rm -f "$dir/cost_rows.tsv"
-}
+# The study definitions, one folder each.
+# shellcheck source=matched/study.sh
+. "$ROOT/experiments/matched/study.sh"
+# shellcheck source=control/study.sh
+. "$ROOT/experiments/control/study.sh"
+# shellcheck source=ablations/study.sh
+. "$ROOT/experiments/ablations/study.sh"
+# shellcheck source=moe/study.sh
+. "$ROOT/experiments/moe/study.sh"
 
 case "$STUDY" in
 matched) study_matched ;;

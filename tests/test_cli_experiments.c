@@ -3,7 +3,11 @@
  * it writes are checked row by row (all rows present, finite losses, the
  * Decode-Branch columns filled for branch rows, the token budgets, the MoE
  * decode-cost table). The table arithmetic (mean over seeds, paired relative
- * difference) is recomputed here from the raw JSON-lines logs. */
+ * difference) is recomputed here from the raw JSON-lines logs. The layout is
+ * OUT/<study>/<scale>/..., the scale the token budget as a number (the quick
+ * budget of 1536 tokens is "1536"), with a runs manifest OUT/<study>/runs.md
+ * naming every run's log, and each run folder holds dbranch train's
+ * provenance.json. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +21,9 @@
 #include "support/scratch.h"
 
 static char work_dir[64];
+
+/* The scale folder of the quick budget (experiments/lib/common.sh, exp_scale_name). */
+#define SCALE "1536"
 
 static void setup(void) { test_scratch_dir(work_dir, sizeof work_dir, "cli_experiments"); }
 
@@ -47,7 +54,7 @@ static int is_finite_number(const char *text, double *value) {
     return end != text && *end == '\0' && isfinite(*value);
 }
 
-/* One row of OUT/<study>/table.tsv (columns: row seeds tokens loss_mean
+/* One row of OUT/<study>/<scale>/table.tsv (columns: row seeds tokens loss_mean
  * loss_sd primary_mean branch_mean alpha_mean reference rel_diff_mean
  * rel_diff_sd). */
 typedef struct {
@@ -60,7 +67,7 @@ typedef struct {
 
 static int read_table(const char *study, table_row *rows, int max_rows) {
     char path[256], line[1024];
-    snprintf(path, sizeof path, "%s/out/%s/table.tsv", work_dir, study);
+    snprintf(path, sizeof path, "%s/out/%s/" SCALE "/table.tsv", work_dir, study);
     FILE *f = fopen(path, "r");
     cr_assert(f != NULL, "%s is missing", path);
     cr_assert(fgets(line, sizeof line, f) != NULL, "%s is empty", path);
@@ -96,7 +103,7 @@ static const table_row *find_row(const table_row *rows, int n, const char *name)
 /* The "loss" of the last {"type":"eval"} line of a run's log, read directly. */
 static double final_log_loss(const char *study, const char *row, int seed) {
     char path[256], line[4096];
-    snprintf(path, sizeof path, "%s/out/%s/%s/seed%d/log.jsonl", work_dir, study, row, seed);
+    snprintf(path, sizeof path, "%s/out/%s/" SCALE "/%s/seed%d/log.jsonl", work_dir, study, row, seed);
     FILE *f = fopen(path, "r");
     cr_assert(f != NULL, "%s is missing", path);
     double loss = NAN;
@@ -159,7 +166,21 @@ Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = set
                 cr_assert(r->has_rel_diff, "%s %s: no relative difference vs %s", study, r->name, r->reference);
         }
         char path[256];
-        snprintf(path, sizeof path, "%s/out/%s/table.md", work_dir, study);
+        snprintf(path, sizeof path, "%s/out/%s/" SCALE "/table.md", work_dir, study);
+        cr_assert(file_exists(path), "%s is missing", path);
+        /* The manifest names every run: its first row's seed-2 log is listed. */
+        char manifest[256], wanted[256];
+        snprintf(manifest, sizeof manifest, "%s/out/%s/runs.md", work_dir, study);
+        FILE *m = fopen(manifest, "r");
+        cr_assert(m != NULL, "%s is missing", manifest);
+        static char text[1 << 16];
+        size_t length = fread(text, 1, sizeof text - 1, m);
+        fclose(m);
+        text[length] = '\0';
+        snprintf(wanted, sizeof wanted, "](" SCALE "/%s/seed2/log.jsonl)", rows[0].name);
+        cr_assert(strstr(text, wanted) != NULL, "%s does not list %s", manifest, wanted);
+        cr_assert(strstr(text, "`dbranch train --config experiments/configs/") != NULL, "%s: no commands", manifest);
+        snprintf(path, sizeof path, "%s/out/%s/" SCALE "/%s/seed1/provenance.json", work_dir, study, rows[0].name);
         cr_assert(file_exists(path), "%s is missing", path);
     }
 
@@ -187,7 +208,7 @@ Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = set
 
     /* The paired-difference curve ends at that same difference. */
     char path[256], line[1024];
-    snprintf(path, sizeof path, "%s/out/matched/kjv-nanogpt-branch/diff.dat", work_dir);
+    snprintf(path, sizeof path, "%s/out/matched/" SCALE "/kjv-nanogpt-branch/diff.dat", work_dir);
     FILE *f = fopen(path, "r");
     cr_assert(f != NULL, "%s is missing", path);
     double curve_tokens = 0, curve_diff = NAN, tokens_before = -1;
@@ -205,7 +226,7 @@ Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = set
 
     /* MoE decode cost: every row has its experts and weight bytes per step
      * (dbranch info) and a measured decode time (bench decode). */
-    snprintf(path, sizeof path, "%s/out/moe/cost.tsv", work_dir);
+    snprintf(path, sizeof path, "%s/out/moe/" SCALE "/cost.tsv", work_dir);
     f = fopen(path, "r");
     cr_assert(f != NULL, "%s is missing", path);
     cr_assert(fgets(line, sizeof line, f) != NULL);
@@ -226,12 +247,34 @@ Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = set
 
     /* Plots, when gnuplot is installed (the tables do not need it). */
     if (system("command -v gnuplot >/dev/null 2>&1") == 0) {
-        static const char *plots[] = {"matched/loss_kjv-nanogpt.png", "matched/loss_pycode-moe.png",
-                                      "control/loss_all.png", "ablations/loss_all.png", "moe/moe_tradeoff.png",
-                                      "matched/diff_all.png", "control/diff_all.png", "ablations/diff_all.png"};
+        static const char *plots[] = {"matched/" SCALE "/loss_kjv-nanogpt.png", "matched/" SCALE "/loss_pycode-moe.png",
+                                      "control/" SCALE "/loss_all.png",         "ablations/" SCALE "/loss_all.png",
+                                      "moe/" SCALE "/moe_tradeoff.png",         "matched/" SCALE "/diff_all.png",
+                                      "control/" SCALE "/diff_all.png",         "ablations/" SCALE "/diff_all.png"};
         for (size_t i = 0; i < sizeof plots / sizeof plots[0]; i++) {
             snprintf(path, sizeof path, "%s/out/%s", work_dir, plots[i]);
             cr_assert(file_exists(path), "%s is missing", path);
         }
     }
+
+    /* Moved results stay finished: the run folders record their old --out,
+     * and a rerun into the new place trains nothing (every run is done). */
+    snprintf(command, sizeof command,
+             "mv '%s/out' '%s/moved' && '%s/experiments/run.sh' control --quick --threads 1 --out '%s/moved' "
+             "--data-dir '%s/data' >'%s/rerun.txt' 2>&1",
+             work_dir, work_dir, source, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the rerun into the moved folder failed");
+    snprintf(path, sizeof path, "%s/rerun.txt", work_dir);
+    f = fopen(path, "r");
+    cr_assert(f != NULL);
+    int done_already = 0, trained = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, ": done already"))
+            done_already++;
+        else if (strstr(line, "   control/" SCALE "/") && !strstr(line, "table:"))
+            trained++;
+    }
+    fclose(f);
+    cr_assert_eq(done_already, 8, "%d of the control study's 8 runs were found finished", done_already);
+    cr_assert_eq(trained, 0, "%d runs were trained again", trained);
 }

@@ -1,12 +1,10 @@
 /* The decode-only multi-row GEMV (eval/matvec.h) against naive double loops,
- * on shapes that exercise every tail (K % 16, N % 4, odd M), and the
- * bandwidth probe's reduction against a direct sum. */
+ * on shapes that exercise every tail (K % 16, N % 4, odd M). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include "core/rng.h"
-#include "eval/bandwidth.h"
 #include "eval/matvec.h"
 
 static void check_matvec(int64_t M, int64_t K, int64_t N, int with_bias) {
@@ -45,29 +43,6 @@ Test(matvec, tails_and_rows) {
 Test(matvec, parallel_sizes) { /* large enough for the OpenMP path */
     check_matvec(1, 768, 515, 1);
     check_matvec(2, 300, 1031, 0);
-}
-
-Test(bandwidth, sum_and_probe) {
-    int64_t n = 1000003;
-    float *x = malloc((size_t)n * sizeof(float));
-    dt_rng rng;
-    dt_rng_seed(&rng, 1);
-    double want = 0.0, magnitude = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = dt_rng_uniform(&rng) - 0.25f;
-        want += x[i];
-        magnitude += fabs(x[i]);
-    }
-    double got = eval_bandwidth_sum(x, n);
-    cr_expect(fabs(got - want) <= 1e-5 * magnitude, "sum %g vs %g", got, want);
-    free(x);
-
-    eval_bandwidth bw;
-    cr_assert(eval_bandwidth_probe(1 << 20, 3, &bw) == DT_OK, "%s", dt_error_message());
-    cr_expect(bw.best_gbps > 0.0 && isfinite(bw.best_gbps) && bw.best_gbps >= bw.median_gbps);
-    /* the buffer holds (i & 7) / 8: every 8 floats sum to 3.5 */
-    cr_expect(fabs(bw.checksum - (double)(1 << 18) / 8.0 * 3.5) < 1e-3, "checksum %g", bw.checksum);
-    cr_expect_eq(eval_bandwidth_probe(100, 3, &bw), DT_ERR);
 }
 
 /* A batch equals its jobs run one by one (mixed M, N not multiple of 4, bias or not). */

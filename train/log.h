@@ -13,7 +13,8 @@
  * reported loss (the mixture NLL for a Decode-Branch model), `objective` the
  * optimised one (aux term, detach_primary), values that do not apply (no
  * branch) are null, and losses are printed with 9 significant digits so the
- * float32 value is exact. */
+ * float32 value is exact. The first record a process writes is the run's
+ * provenance ({"type":"provenance",...}, train/provenance.h). */
 #ifndef TRAIN_LOG_H
 #define TRAIN_LOG_H
 

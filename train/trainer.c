@@ -15,6 +15,7 @@
 
 #include "kernels/gemm.h"
 #include "models/model_io.h"
+#include "train/provenance.h"
 
 /* What trainer_free must release (trainer.ready bits). */
 enum {
@@ -205,6 +206,10 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     if (train_log_open(&t->log, t->log_path, t->options.resume_path != NULL, t->options.progress, print_every) != DT_OK)
         goto fail;
     t->ready |= READY_LOG;
+    /* The log's first record (and OUT/provenance.json): what produced this run (train/provenance.h). */
+    if (train_provenance_record(c, t->config_text, t->options.resume_path, t->state.step, t->log.file, t->log_path) !=
+        DT_OK)
+        goto fail;
     return DT_OK;
 fail:
     trainer_free(t);

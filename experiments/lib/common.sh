@@ -1,7 +1,9 @@
 # Shared helpers of experiments/run.sh (sourced, not run): locating the
 # dbranch binary and the token files, training one run of a study into
-# OUT/<study>/<row>/seed<S>/ and reading numbers back out of its JSON-lines
-# log. Kept apart from run.sh so the study definitions there read as tables.
+# OUT/STUDY/<row>/seed<S>/ (STUDY here and in table.sh / plot.sh is a study's
+# folder for one scale, "matched/4M"), reading numbers back out of its
+# JSON-lines log, and the runs manifest. Kept apart from run.sh so the study
+# definitions (experiments/<study>/study.sh) read as tables.
 #
 # Expects from the caller: ROOT (repo root), OUT (results root), DATA_DIR,
 # THREADS, QUICK (0|1), SEEDS, TOKENS_OVERRIDE (empty or a token budget).
@@ -87,10 +89,11 @@ exp_train() {
         args=("${kept[@]}" --tokens "$((base * TOKEN_FACTOR))")
     fi
     # Skipped only when finished with exactly this command (a changed budget
-    # or setting reruns it).
+    # or setting reruns it). The --out is left out of the comparison: it is
+    # this directory, and runs moved with their folder stay finished.
     local command
     command=$(printf '%q ' dbranch "${args[@]}")
-    if [ -f "$dir/done" ] && [ "$(cat "$dir/command.txt" 2>/dev/null)" = "$command" ]; then
+    if [ -f "$dir/done" ] && [ "$(exp_without_out <"$dir/command.txt" 2>/dev/null)" = "$(printf '%s\n' "$command" | exp_without_out)" ]; then
         echo "   $study/$row/seed$seed: done already" >&2
         return 0
     fi
@@ -103,6 +106,7 @@ exp_train() {
     same=$(exp_same_run "$command" "$dir")
     if [ -n "$same" ] && [ "${KEEP_CHECKPOINT:-0}" != 1 ]; then
         cp "$same"/log.jsonl "$same"/train.txt "$same"/seconds "$dir"/
+        [ ! -f "$same/provenance.json" ] || cp "$same/provenance.json" "$dir"/
         printf '%s\n' "$command" >"$dir/command.txt"
         exp_relative "$same" >"$dir/reused_from"
         touch "$dir/done"
@@ -126,15 +130,83 @@ exp_train() {
 # its --out (none: empty). Only runs without a kept checkpoint qualify.
 exp_same_run() { # command dir
     local wanted other candidate
-    wanted=$(printf '%s\n' "$1" | sed 's/ --out [^ ]* / --out - /')
-    for candidate in "$OUT"/*/*/seed*; do
+    wanted=$(printf '%s\n' "$1" | exp_without_out)
+    for candidate in "$OUT"/*/*/*/seed*; do
         [ "$candidate" != "$2" ] && [ -f "$candidate/done" ] && [ ! -f "$candidate/reused_from" ] || continue
-        other=$(sed 's/ --out [^ ]* / --out - /' "$candidate/command.txt" 2>/dev/null) || continue
+        other=$(exp_without_out <"$candidate/command.txt" 2>/dev/null) || continue
         if [ "$other" = "$wanted" ]; then
             printf '%s\n' "$candidate"
             return 0
         fi
     done
+}
+
+# A train command (stdin) with its --out value masked.
+exp_without_out() { sed 's/ --out [^ ]* / --out - /'; }
+
+# A token budget as a scale folder name: 4000000 -> 4M, 600000 -> 600k,
+# anything not a whole number of thousands as it is (1536).
+exp_scale_name() { # tokens
+    awk -v n="$1" 'BEGIN {
+        if (n >= 1e6 && n % 1e6 == 0) printf "%dM\n", n / 1e6
+        else if (n >= 1e3 && n % 1e3 == 0) printf "%dk\n", n / 1e3
+        else printf "%d\n", n }'
+}
+
+# The runs manifest of a study, OUT/<study>/runs.md: for every scale folder
+# and every (row, seed) run in it, the command that trained it, its log and
+# provenance record, and the run it reuses (reused_from), if any. Rebuilt
+# from the run folders at the end of every study run.
+exp_manifest() { # study
+    local study_dir="$OUT/$1" manifest="$OUT/$1/runs.md" scale_dir run
+    {
+        printf '# Runs of the %s study
+
+' "$1"
+        printf 'Written by experiments/run.sh from the run folders (do not edit). One line per
+'
+        printf 'run: its row and seed, the `dbranch train` command that produced it (as
+'
+        printf 'run, from the repository root), and its files. Runs made before the
+'
+        printf 'results moved into this folder name their old `--out` (experiments/results/
+'
+        printf 'long/<study>/ is now <study>/4M/, experiments/results/reduced/<study>/ is
+'
+        printf '<study>/600k/); run.sh compares commands without --out, so they count as
+'
+        printf 'done. See README.md for what the study asks.
+'
+        for scale_dir in "$study_dir"/*/; do
+            scale_dir=${scale_dir%/}
+            [ -f "$scale_dir/rows.tsv" ] || continue
+            local scale=${scale_dir##*/}
+            printf '
+## %s tokens
+
+' "$scale"
+            printf 'Table: [%s/table.md](%s/table.md).
+
+' "$scale" "$scale"
+            printf '| row | seed | log | provenance | command |
+|---|---|---|---|---|
+'
+            local name
+            while IFS=$'\t' read -r name _; do
+                for run in "$scale_dir/$name"/seed*; do
+                    [ -f "$run/command.txt" ] || continue
+                    local rel=${run#"$study_dir"/} seed=${run##*/seed} log="–" provenance="–" note=""
+                    [ -f "$run/log.jsonl" ] && log="[log]($rel/log.jsonl)"
+                    [ -f "$run/provenance.json" ] && provenance="[json]($rel/provenance.json)"
+                    [ -f "$run/done" ] || note=" (not finished)"
+                    [ -f "$run/reused_from" ] && note="$note (reuses $(cat "$run/reused_from"))"
+                    printf '| %s | %s | %s%s | %s | `%s` |
+' "$name" "$seed" "$log" "$note" "$provenance" \
+                        "$(sed 's/ *$//; s/|/\\|/g' "$run/command.txt")"
+                done
+            done <"$scale_dir/rows.tsv"
+        done
+    } >"$manifest"
 }
 
 # The token budget a list of train arguments resolves to: the last --tokens,

@@ -34,13 +34,15 @@ exp_plot_rows() {
 exp_plot_curves() { exp_plot_rows curve.dat loss_vs_tokens.gp "loss_$2.png" "$1" "$3" "${@:4}"; }
 
 # The MoE trade-off: final validation loss against weight bytes read per
-# decode step, one point per row (OUT/moe/cost.tsv).
+# decode step, one point per row (OUT/STUDY/cost.tsv):
+#   exp_plot_moe_tradeoff STUDY -> OUT/STUDY/moe_tradeoff.png
 exp_plot_moe_tradeoff() {
     exp_have_gnuplot || return 0
-    awk -F'\t' 'NR > 1 && $2 != "nan" { printf "%s %.4f %s\n", $1, $4 / 1e6, $2 }' "$OUT/moe/cost.tsv" \
-        >"$OUT/moe/tradeoff.dat"
-    [ -s "$OUT/moe/tradeoff.dat" ] || return 0
-    gnuplot -e "data='$OUT/moe/tradeoff.dat'; out='$OUT/moe/moe_tradeoff.png'" \
+    local dir="$OUT/$1"
+    awk -F'\t' 'NR > 1 && $2 != "nan" { printf "%s %.4f %s\n", $1, $4 / 1e6, $2 }' "$dir/cost.tsv" \
+        >"$dir/tradeoff.dat"
+    [ -s "$dir/tradeoff.dat" ] || return 0
+    gnuplot -e "data='$dir/tradeoff.dat'; out='$dir/moe_tradeoff.png'" \
         "$ROOT/experiments/plot/moe_tradeoff.gp"
 }
 
