@@ -52,8 +52,7 @@ static double max_abs_difference(const float *got, const double *expected, int64
 
 static double max_abs(const double *values, int64_t n) {
     double largest = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        largest = fmax(largest, fabs(values[i]));
+    for (int64_t i = 0; i < n; i++) largest = fmax(largest, fabs(values[i]));
     return largest;
 }
 
@@ -118,8 +117,8 @@ static dt_status compare_grads(model_reference_report *report, hid_t file, const
     char **entries = NULL;
     int n_entries = 0;
     double **expected = calloc((size_t)m->n_params, sizeof *expected); // per parameter, NULL when absent
-    dt_status status =
-        expected ? list_grad_entries(file, &entries, &n_entries) : dt_errorf("check-reference: out of memory");
+    dt_status status = expected ? list_grad_entries(file, &entries, &n_entries)
+                                : dt_errorf("check-reference: out of memory");
     double largest_in_model = 0.0;
     for (int i = 0; status == DT_OK && i < m->n_params; i++) {
         const dt_tensor *param = m->params[i].tensor;
@@ -157,11 +156,9 @@ static dt_status compare_grads(model_reference_report *report, hid_t file, const
         snprintf(name, sizeof name, "grad %s", entries[j]);
         status = add_line(report, name, INFINITY, 0.0, TENSOR_TOLERANCE, "no such parameter in the model");
     }
-    for (int j = 0; j < n_entries; j++)
-        free(entries[j]);
+    for (int j = 0; j < n_entries; j++) free(entries[j]);
     free(entries);
-    for (int i = 0; expected && i < m->n_params; i++)
-        free(expected[i]);
+    for (int i = 0; expected && i < m->n_params; i++) free(expected[i]);
     free(expected);
     return status;
 }
@@ -239,11 +236,10 @@ void model_reference_report_free(model_reference_report *report) {
 }
 
 const char *model_reference_line_format(const model_reference_line *line, char *buf, int buf_size) {
-    double relative =
-        line->scale > 0.0 ? line->max_abs_error / line->scale : (line->max_abs_error == 0.0 ? 0.0 : INFINITY);
-    int n =
-        snprintf(buf, (size_t)buf_size, "%-40s max_abs_err %.3e  scale %.3e  rel_err %.3e  (tol %.0e)  %s", line->name,
-                 line->max_abs_error, line->scale, relative, line->tolerance, line->pass ? "PASS" : "FAIL");
+    double relative = line->scale > 0.0 ? line->max_abs_error / line->scale : (line->max_abs_error == 0.0 ? 0.0 : INFINITY);
+    int n = snprintf(buf, (size_t)buf_size, "%-40s max_abs_err %.3e  scale %.3e  rel_err %.3e  (tol %.0e)  %s",
+                     line->name, line->max_abs_error, line->scale, relative, line->tolerance,
+                     line->pass ? "PASS" : "FAIL");
     if (line->note[0] && n >= 0 && n < buf_size) snprintf(buf + n, (size_t)(buf_size - n), "  (%s)", line->note);
     return buf;
 }
