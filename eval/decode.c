@@ -38,6 +38,7 @@
 #include "kernels/softmax.h"
 #include "kernels/topk.h"
 #include "kernels/vec_math.h"
+#include "models/attn_res.h"
 
 /* Most experts a row may choose (routing scratch lives on the stack). */
 enum { MAX_TOP_K = MODEL_MAX_TOP_K };
@@ -164,6 +165,11 @@ static void layout(eval_decode_session *s, planner *p) {
     r->z = take(p, 2 * d.F, f);
     const int64_t extra_factors = d.max_product_degree > 2 ? d.F : 0; /* product FFNs with 3 or 4 factors */
     r->hidden_c = take(p, 2 * extra_factors, f);
+    /* attn_res: each row's 2L+1 sources this position, and one route's scratch */
+    const int64_t n_sources = s->model->arch.routed ? 2 * d.L + 1 : 0;
+    r->history = take(p, n_sources * 2 * d.C, f);
+    s->route_gathered = take(p, n_sources * d.C, f);
+    s->route_logits = take(p, n_sources * s->model->arch.route_heads, f);
     r->hidden_d = take(p, 2 * extra_factors, f);
     r->mean = take(p, 2, f);
     r->rstd = take(p, 2, f);
@@ -187,6 +193,7 @@ static void layout(eval_decode_session *s, planner *p) {
     b->hidden_b = take(p, R * d.F, f);
     b->z = take(p, R * d.F, f);
     b->hidden_c = take(p, R * extra_factors, f);
+    b->history = take(p, n_sources * R * d.C, f);
     b->hidden_d = take(p, R * extra_factors, f);
     b->mean = take(p, R, f);
     b->rstd = take(p, R, f);
@@ -510,6 +517,26 @@ static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int r
     eval_team_for(&s->team, d.Hkv, attention_kv_head, &a);
 }
 
+/* The residual scheme between sublayers (models/arch.h): the running sum
+ * (h += out), or with attn_res (SPEC §6.3) out recorded as sublayer j's
+ * output in each row's history and h replaced by the next route over the
+ * row's sources (query, norm [C]: the next sublayer's route, or the final one).
+ * rows rows from row0 of h, out [., C]; history [2L+1][stride][C] by row. */
+static void advance_stream(eval_decode_session *s, float *h, const float *out, int64_t row0, int64_t rows,
+                           int64_t stride, float *history, int64_t j, const dt_tensor *query, const dt_tensor *norm_w) {
+    const model_arch *a = &s->model->arch;
+    const int64_t C = a->C;
+    if (!a->routed) {
+        k_accumulate(h, out + row0 * C, rows * C);
+        return;
+    }
+    for (int64_t row = row0; row < row0 + rows; row++) {
+        memcpy(history + ((1 + j) * stride + row) * C, out + row * C, (size_t)C * sizeof(float));
+        model_route_row(h + (row - row0) * C, history + row * C, stride * C, j + 1, a->route_per_block, data_of(query),
+                        data_of(norm_w), a->route_heads, C, a->norm_eps, s->route_gathered, s->route_logits);
+    }
+}
+
 /* Decode position `pos` for rows [row0, row0 + n_rows) with input token `token`:
  * row 0 (primary) writes K/V at pos and keeps q1, z1, m1, router logits; row 1
  * (branch) reads them. Leaves the rows' logits in s->logits. Run by every
@@ -533,6 +560,8 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             const float *emb = data_of(row == 0 ? m->tok_emb : m->branch_tok_emb) + (int64_t)token * d.C;
             memcpy(r->h + row * d.C, emb, (size_t)d.C * sizeof(float));
             if (m->pos_emb) k_accumulate(r->h + row * d.C, data_of(m->pos_emb) + pos * d.C, d.C);
+            /* attn_res: s_0 is the embedding, and the first route (one source) is s_0 itself */
+            if (m->arch.routed) memcpy(r->history + row * d.C, r->h + row * d.C, (size_t)d.C * sizeof(float));
         }
         norm(s, x, r->mean, r->rstd, h, m->layers[0].attn_norm, m->layers[0].attn_norm_bias, n_rows, d.C);
     }
@@ -556,7 +585,8 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         rows_linear(s, r->o, r->y, row0, n_rows, p->wo, p->wo_bias, b->wo, b->wo_bias, dl.qdim, d.C);
         flush(s);
         EVAL_TEAM_SERIAL(team) {
-            k_accumulate(h, r->o + row0 * d.C, n_rows * d.C);
+            advance_stream(s, h, r->o, row0, n_rows, 2, r->history, 2 * l, layer->route_ffn_query,
+                           layer->route_ffn_norm);
             norm(s, x, r->mean, r->rstd, h, layer->ffn_norm, layer->ffn_norm_bias, n_rows, d.C);
         }
         count_norm(s, layer->ffn_norm, layer->ffn_norm_bias);
@@ -564,7 +594,9 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         EVAL_TEAM_SERIAL(team) {
             if (row0 == 0) memcpy(s->m1 + l * d.C, r->m, (size_t)d.C * sizeof(float));
             if (has_branch_row) add_coupling(r->m + d.C, layer->couple_out, s->m1 + l * d.C, d.C);
-            k_accumulate(h, r->m + row0 * d.C, n_rows * d.C);
+            advance_stream(s, h, r->m, row0, n_rows, 2, r->history, 2 * l + 1,
+                           l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
+                           l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
             if (l + 1 < d.L)
                 norm(s, x, r->mean, r->rstd, h, m->layers[l + 1].attn_norm, m->layers[l + 1].attn_norm_bias, n_rows,
                      d.C);
@@ -745,6 +777,7 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
         if (m->pos_emb) k_accumulate(b->h + P * d.C, data_of(m->pos_emb) + (P - 1) * d.C, d.C);
         count_weight(s, d.C);
     }
+    if (m->arch.routed) memcpy(b->history, b->h, (size_t)(rows * d.C) * sizeof(float)); /* s_0 of every row */
     int64_t kv_floats_per_position = 0;
     for (int64_t l = 0; l < d.L; l++) {
         const model_layer *layer = &m->layers[l];
@@ -773,14 +806,16 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
             s->traffic.kv_read_bytes += 2.0 * (double)(P * dl.kvdim) * 4.0;
         }
         prefill_rows_linear(s, b->o, b->y, P, extra, w->wo, w->wo_bias, br->wo, br->wo_bias, dl.qdim, d.C);
-        k_accumulate(b->h, b->o, rows * d.C);
+        advance_stream(s, b->h, b->o, 0, rows, P + 1, b->history, 2 * l, layer->route_ffn_query, layer->route_ffn_norm);
 
         norm(s, b->x, b->mean, b->rstd, b->h, layer->ffn_norm, layer->ffn_norm_bias, rows, d.C);
         count_norm(s, layer->ffn_norm, layer->ffn_norm_bias);
         prefill_ffn(s, l, P, extra);
         memcpy(s->m1 + l * d.C, b->m + (P - 1) * d.C, (size_t)d.C * sizeof(float));
         if (extra) add_coupling(b->m + P * d.C, layer->couple_out, s->m1 + l * d.C, d.C);
-        k_accumulate(b->h, b->m, rows * d.C);
+        advance_stream(s, b->h, b->m, 0, rows, P + 1, b->history, 2 * l + 1,
+                       l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
+                       l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
     }
     s->traffic.kv_write_bytes += 2.0 * (double)(P * kv_floats_per_position) * 4.0;
     count_norm(s, m->final_norm, m->final_norm_bias);

@@ -64,6 +64,7 @@ typedef struct eval_decode_rows {
     float *q, *y;                      /* [2, H*hd] */
     float *hidden_a, *hidden_b, *z;    /* [2, F] */
     float *hidden_c, *hidden_d;        /* [2, F] third and fourth factors of product FFNs (else 1 float) */
+    float *history;                    /* [2L+1, 2, C] attn_res: each row's sources at this position */
     float *mean, *rstd;                /* [2] */
     float *router_logits;              /* [2, E] */
     float *attn_scratch;               /* [2, H, block_size] attention scores */
@@ -78,6 +79,7 @@ typedef struct eval_decode_prefill_buffers {
     float *q, *y;                                  /* [P+1, H*hd] */
     float *hidden_a, *hidden_b, *z;                /* [P+1, F] */
     float *hidden_c, *hidden_d;                    /* [P+1, F] product FFNs' extra factors (else 1 float) */
+    float *history;                                /* [2L+1, P+1, C] attn_res: every row's sources */
     float *mean, *rstd;                            /* [P+1] */
     float *lse;                                    /* [H, P] */
     float *router_logits;                          /* [P+1, E] */
@@ -98,10 +100,11 @@ typedef struct eval_decode_session {
     dt_arena arena;           /* owns every buffer below */
     float *k_cache, *v_cache; /* [L, n_pos_max, Hkv*hd] */
     /* The primary's intermediates at position `pos`, per layer, read by the branch row. */
-    float *q1;      /* [L, H*hd] query before RoPE */
-    float *z1;      /* [L, F] MLP hidden activation (dense layers) */
-    float *m1;      /* [L, C] FFN output */
-    float *router1; /* [L, E] router logits (moe) */
+    float *q1;                            /* [L, H*hd] query before RoPE */
+    float *z1;                            /* [L, F] MLP hidden activation (dense layers) */
+    float *m1;                            /* [L, C] FFN output */
+    float *router1;                       /* [L, E] router logits (moe) */
+    float *route_gathered, *route_logits; /* [2L+1, C], [(2L+1) R]: one attn_res route's scratch */
     eval_decode_rows rows;
     eval_decode_prefill_buffers prefill;
     float *logits;               /* [2, V]: row 0 primary, row 1 branch (valid when run_branch), at `pos` */

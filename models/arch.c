@@ -62,6 +62,13 @@ dt_status model_arch_build(model_arch *arch, const model_config *c) {
     if (product_degree && !ffn->is_moe) ffn = model_ffn_kind_find("product");
     if (!ffn) return dt_errorf("ffn = %d: no such FFN kind in the table", (int)c->ffn);
 
+    if (c->attn_res != ATTN_RES_OFF) { /* full = one block per sublayer */
+        arch->routed = 1;
+        arch->route_heads = c->attn_res_heads;
+        arch->route_blocks = c->attn_res == ATTN_RES_FULL ? 2 * c->n_layer : c->attn_res_blocks;
+        arch->route_per_block = 2 * c->n_layer / arch->route_blocks;
+    }
+
     arch->layers = calloc((size_t)arch->L, sizeof *arch->layers);
     if (!arch->layers) return dt_errorf("model description: out of memory for %lld layers", (long long)arch->L);
     const int coupled = arch->has_branch && c->couple;

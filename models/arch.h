@@ -64,7 +64,11 @@ typedef struct model_arch {
     /* Largest per-layer widths, for buffers sized once. */
     int64_t max_q_width, max_kv_width, max_d_ff, max_head_dim, max_n_head, max_n_kv_head;
     int64_t n_expert, top_k, top_k_branch; /* 0 for dense FFN kinds */
-    model_layer_arch *layers;              /* [L] */
+    /* Residual scheme: the running sum, or attention residuals (SPEC §6.3)
+     * routing over blocks of route_per_block sublayers with route_heads heads. */
+    int routed;
+    int64_t route_heads, route_blocks, route_per_block;
+    model_layer_arch *layers; /* [L] */
 } model_arch;
 
 /* Builds the description of a validated config (model_config_validate). */

@@ -460,7 +460,8 @@ static dt_status check_layer_heads(const model_config *c) {
 /* The SPEC §6 keys the models implement; any other §6 key away from its
  * default is refused (one line per option as it lands). */
 static int option_implemented(const char *name) {
-    static const char *const implemented[] = {"ffn", "ffn_prod_norm", "layer_heads"};
+    static const char *const implemented[] = {"ffn", "ffn_prod_norm", "layer_heads", "attn_res", "attn_res_heads",
+                                              "attn_res_blocks"};
     for (size_t i = 0; i < sizeof implemented / sizeof implemented[0]; i++)
         if (!strcmp(name, implemented[i])) return 1;
     return 0;
@@ -511,6 +512,12 @@ static dt_status check_options(const model_config *c) {
     if (c->branch == BRANCH_DECODE && (c->feedback || c->n_loop > 1))
         return dt_errorf("%s is not defined with branch = decode", c->feedback ? "feedback = 1" : "n_loop > 1");
     if (check_layer_head_shapes(c) != DT_OK) return DT_ERR;
+    if (c->attn_res == ATTN_RES_BLOCK && (c->attn_res_blocks < 1 || (2 * c->n_layer) % c->attn_res_blocks))
+        return dt_errorf("attn_res_blocks = %lld must divide the 2*n_layer = %lld sublayers (attn_res = block)",
+                         (long long)c->attn_res_blocks, (long long)(2 * c->n_layer));
+    if (c->attn_res != ATTN_RES_OFF && c->d_model % c->attn_res_heads)
+        return dt_errorf("attn_res_heads = %lld does not divide d_model = %lld", (long long)c->attn_res_heads,
+                         (long long)c->d_model);
     model_config defaults = model_config_default(c->family);
     for (int i = 0; i < MODEL_KEY_COUNT; i++) {
         if (keys[i].spec != 6 || option_implemented(keys[i].name) ||

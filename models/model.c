@@ -18,8 +18,9 @@ enum { PLAIN = 0, MATRIX = 1, EMBEDDING = 2 };
 
 /* Upper bound of the parameter count: 6 model-level tensors, and per layer
  * 4 norm tensors, 8 attention tensors, MODEL_FFN_SLOTS FFN tensors, 3
- * coupling vectors and the share = off copies (4 attention + FFN). */
-static int max_params(const model_config *c) { return 8 + (19 + 2 * MODEL_FFN_SLOTS) * (int)c->n_layer; }
+ * coupling vectors, 4 attention-residual vectors and the share = off copies
+ * (4 attention + FFN); 2 more model-level vectors for attn_res. */
+static int max_params(const model_config *c) { return 10 + (23 + 2 * MODEL_FFN_SLOTS) * (int)c->n_layer; }
 
 /* Appends a zero-filled parameter with a zero gradient. The name is formatted. */
 static dt_tensor *add_param(model *m, int capacity, model_param_group group, int marks, model_init_kind init, int ndim,
@@ -156,8 +157,24 @@ dt_status model_create(model *m, const model_config *config) {
         add_attention(&b, &layer->primary, PARAM_PRIMARY, "", l, 1);
         add_norm(&b, &layer->ffn_norm, &layer->ffn_norm_bias, l, "ffn_norm");
         add_ffn(&b, &layer->primary, PARAM_PRIMARY, "", l);
+        if (a->routed) { /* SPEC §6.3: queries start at zero (each route the mean of its sources), norms at one */
+            layer->route_attn_query =
+                param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(C), "", l, "attn_res.attn_query");
+            layer->route_attn_norm =
+                param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ONE, DT_SHAPE(C), "", l, "attn_res.attn_norm.weight");
+            layer->route_ffn_query =
+                param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(C), "", l, "attn_res.ffn_query");
+            layer->route_ffn_norm =
+                param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ONE, DT_SHAPE(C), "", l, "attn_res.ffn_norm.weight");
+        }
         /* Without a branch, or with share = on, the branch applies the primary's weights. */
         layer->branch = layer->primary;
+    }
+    if (a->routed) {
+        m->route_final_query =
+            param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(C), "", -1, "attn_res.final_query");
+        m->route_final_norm =
+            param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ONE, DT_SHAPE(C), "", -1, "attn_res.final_norm.weight");
     }
     add_norm(&b, &m->final_norm, &m->final_norm_bias, -1, "final_norm");
     /* Tied: the head IS tok_emb (one tensor, one gradient), not a second parameter. */

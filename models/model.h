@@ -35,6 +35,8 @@ typedef struct model_layer {
     dt_tensor *couple_hidden;   /* [F]     (dense layers only) */
     dt_tensor *couple_out;      /* [C] */
     const float *rope_table;    /* [T_max, hd/2, 2] for this layer's head width (rotary schemes) */
+    /* attn_res (SPEC §6.3): the routes into this layer's two sublayers, [C] each (NULL without). */
+    dt_tensor *route_attn_query, *route_attn_norm, *route_ffn_query, *route_ffn_norm;
 } model_layer;
 
 typedef enum { PARAM_PRIMARY = 0, PARAM_BRANCH = 1 } model_param_group;
@@ -58,8 +60,9 @@ typedef struct model {
     dt_tensor *final_norm, *final_norm_bias; /* [C] */
     dt_tensor *lm_head;                      /* [V,C]; == tok_emb when tied */
     dt_tensor *branch_tok_emb;               /* [V,C]; == tok_emb when branch_emb = shared; NULL without branch */
-    model_layer *layers;                     /* [n_layer] */
-    float *rope_table;                       /* [block_size, hd/2, 2] cos/sin (rotary position schemes) */
+    dt_tensor *route_final_query, *route_final_norm; /* [C] attn_res: the route into the final norm */
+    model_layer *layers;                             /* [n_layer] */
+    float *rope_table;                               /* [block_size, hd/2, 2] cos/sin (rotary position schemes) */
 } model;
 
 /* What a forward pass returns (arena tensors of the step's ag_ctx). */

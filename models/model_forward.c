@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "autograd/ops.h"
+#include "models/attn_res.h"
 #include "models/model.h"
 #include "models/moe.h"
 
@@ -63,17 +64,17 @@ static dt_tensor *ffn_forward(ag_ctx *ctx, const model *m, int64_t l, block_role
     return la->ffn->forward(&call);
 }
 
-/* Block l on the stream x [B,T,C] -> [B,T,C], as the primary (fills *state)
- * or as the branch (reads *state). */
-static dt_tensor *block_forward(ag_ctx *ctx, const model *m, int64_t l, block_role role, dt_tensor *x,
-                                model_primary_state *state, model_ffn_balance *balance) {
+/* The attention sublayer of block l on the stream x [B,T,C], as the primary
+ * (fills *state) or as the branch (reads *state): o = Attn(Norm1(x)) [B,T,C],
+ * or with add_residual x + o (one fused op). */
+static dt_tensor *attention_sublayer(ag_ctx *ctx, const model *m, int64_t l, block_role role, dt_tensor *x,
+                                     model_primary_state *state, int add_residual) {
     const model_config *c = &m->config;
     const model_layer *layer = &m->layers[l];
     const model_layer_arch *la = &m->arch.layers[l];
     const model_block_weights *w = role == ROLE_PRIMARY ? &layer->primary : &layer->branch;
     const model_position_kind *position = m->arch.position;
 
-    /* Attention. */
     dt_tensor *xn = norm_forward(ctx, m, x, layer->attn_norm, layer->attn_norm_bias); // [B,T,C]
     dt_tensor *q;                                                                     // [B,T,H*hd]
     if (role == ROLE_BRANCH && layer->couple_q) /* q2 = Norm1(g) Wq^T + bq + couple_q ⊙ q1, one op */
@@ -93,22 +94,58 @@ static dt_tensor *block_forward(ag_ctx *ctx, const model *m, int64_t l, block_ro
         v = from_primary(ctx, c, state->v);
     }
     if (position->rotary) q = position->rotate(ctx, q, la->n_head, m->arch.rope_theta);
-    dt_tensor *y = ag_attention(ctx, q, k, v, la->n_head, la->n_kv_head); // [B,T,H*hd]
-    x = ag_linear_residual(ctx, x, y, w->wo, w->wo_bias);                 /* x + (y Wo^T + bo) */
+    dt_tensor *y = ag_attention(ctx, q, k, v, la->n_head, la->n_kv_head);      // [B,T,H*hd]
+    if (add_residual) return ag_linear_residual(ctx, x, y, w->wo, w->wo_bias); /* x + (y Wo^T + bo) */
+    return ag_linear(ctx, y, w->wo, w->wo_bias);
+}
 
-    /* FFN. */
+/* The FFN sublayer of block l on the stream x [B,T,C]: m = FFN(Norm2(x)) with
+ * the branch's couple_out term, or with add_residual x + m. */
+static dt_tensor *ffn_sublayer(ag_ctx *ctx, const model *m, int64_t l, block_role role, dt_tensor *x,
+                               model_primary_state *state, model_ffn_balance *balance, int add_residual) {
+    const model_config *c = &m->config;
+    const model_layer *layer = &m->layers[l];
     dt_tensor *xn2 = norm_forward(ctx, m, x, layer->ffn_norm, layer->ffn_norm_bias); // [B,T,C]
     /* The primary keeps m1 when the branch reads it (couple_out); otherwise a
      * kind that can puts its down projection straight onto the residual
      * stream, the branch's with its coupling term. */
-    if (la->ffn->fuses_residual && !(role == ROLE_PRIMARY && layer->couple_out))
+    if (add_residual && m->arch.layers[l].ffn->fuses_residual && !(role == ROLE_PRIMARY && layer->couple_out))
         return ffn_forward(ctx, m, l, role, xn2, state, balance, x);
     dt_tensor *ffn_out = ffn_forward(ctx, m, l, role, xn2, state, balance, NULL);
     if (role == ROLE_PRIMARY)
         state->m1 = ffn_out;
     else if (layer->couple_out)
         ffn_out = ag_add_mul_vec(ctx, ffn_out, from_primary(ctx, c, state->m1), layer->couple_out);
-    return ag_add(ctx, x, ffn_out);
+    return add_residual ? ag_add(ctx, x, ffn_out) : ffn_out;
+}
+
+/* One trajectory's stack on its embedding h [B,T,C] -> the final norm's input
+ * [B,T,C]: blocks on the running residual sum, or with attn_res (SPEC §6.3)
+ * every sublayer fed by its route over the trajectory's own sources (the
+ * branch's with the shared queries and norms). */
+static dt_tensor *stack_forward(ag_ctx *ctx, const model *m, block_role role, dt_tensor *h, model_primary_state *states,
+                                model_ffn_balance *balance) {
+    const model_arch *a = &m->arch;
+    if (!a->routed) {
+        for (int64_t l = 0; l < a->L && h; l++) {
+            h = attention_sublayer(ctx, m, l, role, h, &states[l], 1);
+            h = ffn_sublayer(ctx, m, l, role, h, &states[l], balance, 1);
+        }
+        return h;
+    }
+    model_route_sources sources;
+    if (model_route_begin(ctx, &sources, h, a->route_blocks, a->route_per_block, a->route_heads, a->norm_eps) != DT_OK)
+        return NULL;
+    for (int64_t l = 0; l < a->L; l++) {
+        const model_layer *layer = &m->layers[l];
+        dt_tensor *in = model_route_forward(ctx, &sources, layer->route_attn_query, layer->route_attn_norm);
+        if (model_route_add(ctx, &sources, attention_sublayer(ctx, m, l, role, in, &states[l], 0)) != DT_OK)
+            return NULL;
+        in = model_route_forward(ctx, &sources, layer->route_ffn_query, layer->route_ffn_norm);
+        if (model_route_add(ctx, &sources, ffn_sublayer(ctx, m, l, role, in, &states[l], balance, 0)) != DT_OK)
+            return NULL;
+    }
+    return model_route_forward(ctx, &sources, m->route_final_query, m->route_final_norm);
 }
 
 /* Final norm and the head: stream [B,T,C] -> logits [B,T,V]. */
@@ -243,18 +280,16 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
         balance.mean_probs = ag_scratch(ctx, (size_t)(c->n_layer * c->n_expert) * sizeof *balance.mean_probs);
         if (!balance.fractions || !balance.mean_probs) return DT_ERR;
     }
-    dt_tensor *h = embed_forward(ctx, m, m->tok_emb, tokens, positions);
-    for (int64_t l = 0; l < c->n_layer; l++)
-        h = block_forward(ctx, m, l, ROLE_PRIMARY, h, &states[l], &balance);
+    dt_tensor *h =
+        stack_forward(ctx, m, ROLE_PRIMARY, embed_forward(ctx, m, m->tok_emb, tokens, positions), states, &balance);
     out->logits_primary = head_forward(ctx, m, h);
     if (!out->logits_primary) return DT_ERR;
 
     /* Decode branch (SPEC §2): its own embedding, the primary's K/V and intermediates. */
     if (has_branch) {
         dt_tensor *table = m->branch_tok_emb ? m->branch_tok_emb : m->tok_emb;
-        dt_tensor *g = embed_forward(ctx, m, table, tokens, positions);
-        for (int64_t l = 0; l < c->n_layer; l++)
-            g = block_forward(ctx, m, l, ROLE_BRANCH, g, &states[l], NULL);
+        dt_tensor *g =
+            stack_forward(ctx, m, ROLE_BRANCH, embed_forward(ctx, m, table, tokens, positions), states, NULL);
         out->logits_branch = head_forward(ctx, m, g);
         if (!out->logits_branch) return DT_ERR;
     }

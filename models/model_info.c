@@ -35,6 +35,7 @@ static layer_sizes sizes_of(const model_arch *a, const model_layer_arch *la) {
     }
     la->ffn->cost(a, la, &s.ffn);
     s.couple = (la->couple_q ? q_width : 0) + (la->couple_hidden ? la->d_ff : 0) + (la->couple_out ? C : 0);
+    s.norms += a->routed ? 4 * C : 0; /* attn_res: two routes' query and norm weight, read like the norms */
     return s;
 }
 
@@ -84,7 +85,8 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     const int64_t C = a->C, V = a->V, L = a->L;
     const int branch = a->has_branch, own_copies = a->branch_own_weights;
     const int64_t E = a->n_expert, k = a->top_k, kb = a->top_k_branch;
-    const int64_t final_norm = a->norm->has_bias ? 2 * C : C;
+    /* the final norm, and with attn_res the final route's query and norm weight */
+    const int64_t final_norm = (a->norm->has_bias ? 2 * C : C) + (a->routed ? 2 * C : 0);
     const int64_t head = V * C;
     const int64_t emb_rows = a->position->learned_table ? 2 * C : C; /* tok_emb row (+ pos_emb row) */
 

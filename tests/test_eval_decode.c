@@ -128,9 +128,9 @@ static void check_against_teacher_forced(const char *spec, uint64_t seed) {
     model_free(&m);
 }
 
-#define NANOGPT "family=nanogpt vocab_size=40 block_size=12 n_layer=2 n_head=2 d_model=16 "
-#define LLAMA "family=llama vocab_size=48 block_size=13 n_layer=2 n_head=4 n_kv_head=2 d_model=32 d_ff=40 "
-#define MOE "family=moe vocab_size=40 block_size=12 n_layer=2 n_head=4 n_kv_head=2 d_model=16 d_ff=24 n_expert=4 "
+#define NANOGPT    "family=nanogpt vocab_size=40 block_size=12 n_layer=2 n_head=2 d_model=16 "
+#define LLAMA      "family=llama vocab_size=48 block_size=13 n_layer=2 n_head=4 n_kv_head=2 d_model=32 d_ff=40 "
+#define MOE        "family=moe vocab_size=40 block_size=12 n_layer=2 n_head=4 n_kv_head=2 d_model=16 d_ff=24 n_expert=4 "
 #define ALPHA_FREE "mix_alpha_min=0.02 mix_alpha_max=0.98 "
 
 Test(decode_tf, nanogpt_baseline) { check_against_teacher_forced(NANOGPT "branch=none", 1); }
@@ -146,7 +146,9 @@ Test(decode_tf, llama_alpha_fixed) {
     check_against_teacher_forced(LLAMA "branch=decode mix_alpha_min=0.3 mix_alpha_max=0.3", 8);
 }
 Test(decode_tf, moe_baseline) { check_against_teacher_forced(MOE "branch=none top_k=2", 9); }
-Test(decode_tf, moe_replay) { check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=2 " ALPHA_FREE, 10); }
+Test(decode_tf, moe_replay) {
+    check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=2 " ALPHA_FREE, 10);
+}
 Test(decode_tf, moe_replay_subset) {
     check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE, 11);
 }
@@ -165,7 +167,9 @@ Test(decode_tf, moe_share_off_own) {
 
 /* The same checks on the BLIS path, and with one thread on the team path. */
 /* SPEC §6.1 product FFNs and §6.2 per-layer heads, every decode mode. */
-Test(decode_tf, nanogpt_triplu_branch) { check_against_teacher_forced(NANOGPT "ffn=triplu branch=decode " ALPHA_FREE, 41); }
+Test(decode_tf, nanogpt_triplu_branch) {
+    check_against_teacher_forced(NANOGPT "ffn=triplu branch=decode " ALPHA_FREE, 41);
+}
 Test(decode_tf, llama_prod2_prodnorm_branch) {
     check_against_teacher_forced(LLAMA "ffn=prod2 ffn_prod_norm=1 branch=decode " ALPHA_FREE, 42);
 }
@@ -173,8 +177,7 @@ Test(decode_tf, llama_prod4_share_off) {
     check_against_teacher_forced(LLAMA "ffn=prod4 ffn_prod_norm=1 branch=decode share=off " ALPHA_FREE, 43);
 }
 Test(decode_tf, moe_triplu_experts_replay) {
-    check_against_teacher_forced(MOE "ffn=triplu ffn_prod_norm=1 branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE,
-                                 44);
+    check_against_teacher_forced(MOE "ffn=triplu ffn_prod_norm=1 branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE, 44);
 }
 Test(decode_tf, moe_prod4_share_off_own) {
     check_against_teacher_forced(
@@ -185,6 +188,19 @@ Test(decode_tf, nanogpt_layer_heads_branch) {
 }
 Test(decode_tf, llama_layer_heads_gqa_branch) {
     check_against_teacher_forced(LLAMA "layer_heads=2,8 branch=decode " ALPHA_FREE, 47);
+}
+
+/* SPEC §6.3 attention residuals (eval_test_model draws the route queries
+ * too, so the routes are not the uniform mean they start as). */
+Test(decode_tf, nanogpt_attnres_full_branch) {
+    check_against_teacher_forced(NANOGPT "attn_res=full branch=decode " ALPHA_FREE, 51);
+}
+Test(decode_tf, llama_mhar_block_branch) {
+    check_against_teacher_forced(LLAMA "attn_res=block attn_res_blocks=2 attn_res_heads=4 branch=decode " ALPHA_FREE,
+                                 52);
+}
+Test(decode_tf, moe_attnres_full_share_off) {
+    check_against_teacher_forced(MOE "attn_res=full attn_res_heads=2 branch=decode share=off top_k=2 " ALPHA_FREE, 53);
 }
 
 Test(decode_tf, blis_path) {
@@ -281,6 +297,8 @@ Test(decode_reference, llama_branch_alpha_fixed) { check_reference("07_llama_bra
 Test(decode_reference, llama_triplu_branch) { check_reference("options/08_llama_triplu_branch.h5"); }
 Test(decode_reference, nanogpt_prism) { check_reference("options/09_nanogpt_prism.h5"); }
 Test(decode_reference, moe_triplu_prodnorm) { check_reference("options/16_moe_triplu_prodnorm.h5"); }
+Test(decode_reference, llama_attnres_mhar_branch) { check_reference("options/10_llama_attnres_mhar_branch.h5"); }
+Test(decode_reference, llama_attnres_block) { check_reference("options/15_llama_attnres_block.h5"); }
 
 /* ---- what grouping saves ------------------------------------------------- */
 
@@ -370,7 +388,8 @@ Test(decode_errors, bad_tokens_and_positions) {
     tokens[2] = 1;
     cr_assert(eval_decode_prefill(&s, tokens, 4, NULL) == DT_OK);
     cr_expect_eq(eval_decode_step(&s, -1), DT_ERR);
-    for (int64_t t = 4; t < m.config.block_size; t++) cr_assert(eval_decode_step(&s, 2) == DT_OK);
+    for (int64_t t = 4; t < m.config.block_size; t++)
+        cr_assert(eval_decode_step(&s, 2) == DT_OK);
     cr_expect_eq(eval_decode_step(&s, 2), DT_ERR, "cache full");
     cr_expect(strstr(dt_error_message(), "context full") != NULL, "%s", dt_error_message());
     eval_decode_free(&s);

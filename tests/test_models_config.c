@@ -813,7 +813,6 @@ Test(config, spec6_defaults_are_the_spec_table) {
 Test(config, spec6_options_are_refused_until_implemented) {
     const char *cases[][3] = {
         /* pairs, a word the message must hold */
-        {"attn_res=full", "attn_res", "not implemented"},
         {"recurrent=1", "recurrent", "not implemented"},
         {"alibi=1", "alibi", "not implemented"},
         {"feedback=1", "feedback", "not implemented"},
@@ -836,6 +835,10 @@ Test(config, spec6_options_are_refused_until_implemented) {
         {"d_model=48 layer_heads=4,5,4,4", "layer_heads", "divide d_model"},
         {"d_model=48 n_head=4 layer_heads=4,16,4,4", "layer_heads", "even"},
         {"d_model=64 n_head=4 n_kv_head=2 layer_heads=4,1,4,4", "layer_heads", "kv-head"},
+        /* SPEC §6.3: blocks divide the 2L sublayers, routing heads divide d_model */
+        {"n_layer=3 attn_res=block attn_res_blocks=4", "attn_res_blocks", "divide"},
+        {"attn_res=block", "attn_res_blocks", "divide"},
+        {"d_model=48 n_head=4 attn_res=full attn_res_heads=5", "attn_res_heads", "divide"},
         {"n_loop=0", "n_loop", "[1,"},
         {"disco_alpha=1.5", "disco_alpha", "[0, 1]"},
     };
@@ -855,7 +858,9 @@ Test(config, spec6_options_are_refused_until_implemented) {
 Test(config, spec6_implemented_options_validate) {
     const char *cases[] = {"ffn=triplu", "ffn=prod2 ffn_prod_norm=1", "ffn=prod4 d_ff=96", "layer_heads=1,2,4,8",
                            "family=moe n_expert=4 top_k=2 ffn=triplu ffn_prod_norm=1",
-                           "family=nanogpt ffn=triplu d_ff=100", "family=nanogpt layer_heads=2,4,8,16"};
+                           "family=nanogpt ffn=triplu d_ff=100", "family=nanogpt layer_heads=2,4,8,16",
+                           "attn_res=full attn_res_heads=8", "attn_res=block attn_res_blocks=4",
+                           "family=moe n_expert=4 top_k=2 attn_res=block attn_res_blocks=8 branch=decode"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model_config c = model_config_default(FAMILY_LLAMA);
         apply_pairs(&c, "d_model=64 n_head=4 n_kv_head=4 n_layer=4");

@@ -53,7 +53,9 @@ Test(info, counts_match_the_registry) {
                               "branch=decode branch_emb=shared tie_embeddings=1", "branch=decode share=off couple=off",
                               /* SPEC §6.1 product FFNs and §6.2 per-layer heads */
                               "ffn=triplu branch=decode", "ffn=prod4 ffn_prod_norm=1 branch=decode share=off",
-                              "ffn=prod2 ffn_prod_norm=1", "layer_heads=2,4,8 branch=decode"};
+                              "ffn=prod2 ffn_prod_norm=1", "layer_heads=2,4,8 branch=decode",
+                              /* SPEC §6.3 attention residuals */
+                              "attn_res=full branch=decode", "attn_res=block attn_res_blocks=3 attn_res_heads=4"};
     for (int f = 0; f < 3; f++) {
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             model_config c = config_of(families[f], variants[v]);
@@ -197,10 +199,10 @@ Test(info, moe_grouped_decode_loads_the_union_of_experts) {
         const char *pairs;
         int64_t grouped, ungrouped;
     } cases[] = {
-        {"branch=decode top_k=1 top_k_branch=2", 2, 3},                     /* superset: the union is 2 */
-        {"branch=decode top_k=2 top_k_branch=1", 2, 3},                     /* subset */
-        {"branch=decode top_k=2 top_k_branch=2", 2, 4},                     /* exactly the primary's */
-        {"branch=decode top_k=2 top_k_branch=3 branch_routing=own", 4, 5},  /* own: bound min(E, 2 + 3) */
+        {"branch=decode top_k=1 top_k_branch=2", 2, 3},                    /* superset: the union is 2 */
+        {"branch=decode top_k=2 top_k_branch=1", 2, 3},                    /* subset */
+        {"branch=decode top_k=2 top_k_branch=2", 2, 4},                    /* exactly the primary's */
+        {"branch=decode top_k=2 top_k_branch=3 branch_routing=own", 4, 5}, /* own: bound min(E, 2 + 3) */
         {"branch=decode top_k=1 top_k_branch=1 branch_routing=own", 2, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

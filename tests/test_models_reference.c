@@ -67,7 +67,8 @@ static int check_directory(const char *dir) {
         total_failed += report.n_failed;
         model_reference_report_free(&report);
     }
-    for (int i = 0; i < n; i++) free(names[i]);
+    for (int i = 0; i < n; i++)
+        free(names[i]);
     cr_assert_eq(total_failed, 0, "%s: %d failures", dir, total_failed);
     return n;
 }
@@ -90,6 +91,7 @@ Test(reference, heldout_files_pass) {
  * options implemented so far; the others must be refused with one line
  * naming the key, never run as if the key were absent. */
 static const char *const implemented_options[] = {"08_llama_triplu_branch.h5", "09_nanogpt_prism.h5",
+                                                  "10_llama_attnres_mhar_branch.h5", "15_llama_attnres_block.h5",
                                                   "16_moe_triplu_prodnorm.h5"};
 
 Test(reference, option_files_pass) {
@@ -150,7 +152,8 @@ static void copy_file(const char *from, const char *to) {
     cr_assert_not_null(out, "cannot write %s", to);
     char buf[65536];
     size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0) cr_assert_eq(fwrite(buf, 1, n, out), n);
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        cr_assert_eq(fwrite(buf, 1, n, out), n);
     fclose(in);
     fclose(out);
 }
@@ -203,7 +206,8 @@ Test(reference, a_wrong_gradient_entry_fails) {
     double values[64];
     cr_assert_eq(h5_read_f64(file, name, values, ndim, shape), DT_OK);
     float as_float[64];
-    for (int64_t i = 0; i < shape[0]; i++) as_float[i] = (float)values[i];
+    for (int64_t i = 0; i < shape[0]; i++)
+        as_float[i] = (float)values[i];
     as_float[3] += 0.05f;
     cr_assert_eq(h5_write_f32(file, name, as_float, ndim, shape), DT_OK);
     /* ...one parameter's entry removed, and an entry naming no parameter added. */

@@ -51,7 +51,7 @@ static dt_tensor *remap(const model *m, const model *replica, dt_tensor *t) {
  * field is added there, it must be remapped below too. */
 _Static_assert(sizeof(model_block_weights) == (8 + MODEL_FFN_SLOTS) * sizeof(dt_tensor *),
                "remap every model_block_weights field");
-_Static_assert(sizeof(model_layer) == 7 * sizeof(dt_tensor *) + sizeof(const float *) + 2 * sizeof(model_block_weights),
+_Static_assert(sizeof(model_layer) == 11 * sizeof(dt_tensor *) + sizeof(const float *) + 2 * sizeof(model_block_weights),
                "remap every model_layer field (rope_table is shared)");
 
 static void remap_block(const model *m, const model *replica, model_block_weights *w) {
@@ -101,11 +101,15 @@ static dt_status replica_init(model *replica, const model *m) {
     replica->final_norm_bias = remap(m, replica, m->final_norm_bias);
     replica->lm_head = remap(m, replica, m->lm_head);
     replica->branch_tok_emb = remap(m, replica, m->branch_tok_emb);
+    replica->route_final_query = remap(m, replica, m->route_final_query);
+    replica->route_final_norm = remap(m, replica, m->route_final_norm);
     for (int64_t l = 0; l < m->config.n_layer; l++) {
         model_layer *layer = &replica->layers[l];
         *layer = m->layers[l];
-        dt_tensor **fields[] = {&layer->attn_norm, &layer->attn_norm_bias, &layer->ffn_norm, &layer->ffn_norm_bias,
-                                &layer->couple_q,  &layer->couple_hidden,  &layer->couple_out};
+        dt_tensor **fields[] = {&layer->attn_norm,        &layer->attn_norm_bias,  &layer->ffn_norm,
+                                &layer->ffn_norm_bias,    &layer->couple_q,        &layer->couple_hidden,
+                                &layer->couple_out,       &layer->route_attn_query, &layer->route_attn_norm,
+                                &layer->route_ffn_query,  &layer->route_ffn_norm};
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) *fields[i] = remap(m, replica, *fields[i]);
         remap_block(m, replica, &layer->primary);
         remap_block(m, replica, &layer->branch);
