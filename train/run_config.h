@@ -78,12 +78,12 @@ dt_status train_config_validate(train_config *cfg);
 size_t train_config_format(const train_config *cfg, char *text, size_t capacity);
 
 /* The [data] and [train] keys in table order, for storing a run as data:
- * index 0..train_config_key_count()-1. The name is "section.key". Stored
- * kinds: int64, float64 or a string (paths verbatim, words). */
-typedef enum { TRAIN_KEY_INT = 0, TRAIN_KEY_REAL = 1, TRAIN_KEY_TEXT = 2 } train_key_kind;
+ * index 0..train_config_key_count()-1. The name is "section.key". Stored as
+ * int64 (MODEL_KEY_INT), float64 (MODEL_KEY_REAL) or a string (MODEL_KEY_WORD:
+ * paths verbatim, words). */
 int train_config_key_count(void);
 const char *train_config_key_name(int index);
-train_key_kind train_config_key_kind(int index);
+model_key_kind train_config_key_kind(int index);
 /* The value in a form train_config_set_stored reads back exactly. */
 void train_config_get_stored(const train_config *cfg, int index, char *text, size_t capacity);
 /* Sets key index from that form (paths verbatim: no trimming, no comments). */
