@@ -27,7 +27,8 @@ typedef struct {
     const char *words[8];    /* WORD: the enum's values in order, NULL-terminated */
     const char *defaults[3]; /* per family, as text */
     config_range range;      /* INT, REAL */
-    int spec;                /* 4: required in /config; 6: optional, not implemented yet */
+    int spec;                /* 4: required in /config; 6: optional (absent from older files) */
+    int pending;             /* declared, math not implemented: only the default is accepted */
     const char *help;
     size_t offset, size; /* the field in model_config */
 } key_spec;
@@ -40,13 +41,16 @@ typedef struct {
     { nanogpt, llama, moe }
 #define ALL(value)                                                                                                     \
     { value, value, value }
-#define MODEL_KEY(name, kind, ctype, words, defaults, range, spec, help)                                               \
+#define DONE    0
+#define PENDING 1
+#define MODEL_KEY(name, kind, ctype, words, defaults, range, spec, status, help)                                       \
     {#name,                                                                                                            \
      KIND_##kind,                                                                                                      \
      words,                                                                                                            \
      defaults,                                                                                                         \
      {range},                                                                                                          \
      spec,                                                                                                             \
+     status,                                                                                                           \
      help,                                                                                                             \
      offsetof(model_config, name),                                                                                     \
      sizeof(((model_config *)0)->name)},
@@ -354,7 +358,7 @@ void model_config_key_describe(int index, char *text, int capacity) {
         snprintf(defaults, sizeof defaults, "nanogpt '%s', llama '%s', moe '%s'", k->defaults[0], k->defaults[1],
                  k->defaults[2]);
     snprintf(text, capacity, "%-16s %s; default %s%s: %s", k->name, values, defaults,
-             k->spec == 6 ? " (not implemented yet)" : "", k->help);
+             k->pending ? " (not implemented yet)" : "", k->help);
 }
 
 /* ---- validation ---- */
@@ -457,16 +461,6 @@ static dt_status check_layer_heads(const model_config *c) {
     return DT_OK;
 }
 
-/* The SPEC §6 keys the models implement; any other §6 key away from its
- * default is refused (one line per option as it lands). */
-static int option_implemented(const char *name) {
-    static const char *const implemented[] = {"ffn", "ffn_prod_norm", "layer_heads", "attn_res", "attn_res_heads",
-                                              "attn_res_blocks"};
-    for (size_t i = 0; i < sizeof implemented / sizeof implemented[0]; i++)
-        if (!strcmp(name, implemented[i])) return 1;
-    return 0;
-}
-
 /* Per-layer heads (SPEC §6.2): each H_l divides d_model, gives an even head
  * width for RoPE, and keeps the GQA ratio with an integer Hkv_l >= 1. */
 static dt_status check_layer_head_shapes(const model_config *c) {
@@ -490,7 +484,7 @@ static dt_status check_layer_head_shapes(const model_config *c) {
     return DT_OK;
 }
 
-/* SPEC §6's combination rules, then "not implemented yet" for any SPEC §6
+/* SPEC §6's combination rules, then "not implemented yet" for any PENDING
  * key away from its default (so no model silently ignores one). */
 static dt_status check_options(const model_config *c) {
     if (check_layer_heads(c) != DT_OK) return DT_ERR;
@@ -520,9 +514,7 @@ static dt_status check_options(const model_config *c) {
                          (long long)c->d_model);
     model_config defaults = model_config_default(c->family);
     for (int i = 0; i < MODEL_KEY_COUNT; i++) {
-        if (keys[i].spec != 6 || option_implemented(keys[i].name) ||
-            !memcmp(const_field_of(c, i), const_field_of(&defaults, i), keys[i].size))
-            continue;
+        if (!keys[i].pending || !memcmp(const_field_of(c, i), const_field_of(&defaults, i), keys[i].size)) continue;
         char text[MODEL_TEXT_MAX];
         format_value(c, i, text, sizeof text);
         return dt_errorf("%s = %s: not implemented yet (SPEC §6)", keys[i].name, text);

@@ -63,17 +63,7 @@ dt_status model_write_h5(const model *m, hid_t file) {
         char text[MODEL_TEXT_MAX];
         status = model_config_get(&m->config, key, text, sizeof text);
         if (status != DT_OK) break;
-        switch (model_config_key_kind(i)) {
-        case MODEL_KEY_INT:
-            status = h5_write_attr_int(config, key, strtoll(text, NULL, 10));
-            break;
-        case MODEL_KEY_REAL:
-            status = h5_write_attr_double(config, key, strtod(text, NULL));
-            break;
-        case MODEL_KEY_WORD:
-            status = h5_write_attr_string(config, key, text);
-            break;
-        }
+        status = model_h5_write_attr_text(config, key, model_config_key_kind(i), text);
     }
     H5Gclose(config);
     if (status != DT_OK) return dt_error_context("/config");
@@ -89,9 +79,19 @@ dt_status model_write_h5(const model *m, hid_t file) {
     return status == DT_OK ? DT_OK : dt_error_context("/params");
 }
 
-/* The attribute as text in the form model_config_set() parses, whatever
- * numeric type a writer used (int64, int32, float64 of an integer value). */
-static dt_status attr_as_text(hid_t group, const char *key, char *text, size_t capacity) {
+dt_status model_h5_write_attr_text(hid_t loc, const char *name, model_key_kind kind, const char *text) {
+    switch (kind) {
+    case MODEL_KEY_INT:
+        return h5_write_attr_int(loc, name, strtoll(text, NULL, 10));
+    case MODEL_KEY_REAL:
+        return h5_write_attr_double(loc, name, strtod(text, NULL));
+    case MODEL_KEY_WORD:
+        return h5_write_attr_string(loc, name, text);
+    }
+    return dt_errorf("attribute '%s': unknown kind", name);
+}
+
+dt_status model_h5_attr_as_text(hid_t group, const char *key, char *text, size_t capacity) {
     hid_t attr = H5Aopen(group, key, H5P_DEFAULT);
     if (attr < 0) return dt_errorf("cannot open attribute '%s'", key);
     hid_t type = H5Aget_type(attr);
@@ -130,7 +130,7 @@ dt_status model_read_config_h5(hid_t file, const char *path_for_errors, model_co
         if (!h5_has_attr(group, key)) {
             /* Keys added after SPEC §4 (§6) load with their defaults from older files. */
             if (model_config_key_required(i)) status = dt_errorf("%s: /config is missing key '%s'", path, key);
-        } else if (attr_as_text(group, key, text, sizeof text) != DT_OK) {
+        } else if (model_h5_attr_as_text(group, key, text, sizeof text) != DT_OK) {
             status = dt_error_context("%s: /config", path);
         } else if (model_config_set(&c, key, text) != DT_OK) {
             status = dt_error_context("%s: /config", path);

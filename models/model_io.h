@@ -32,6 +32,13 @@ dt_status model_load_config(model_config *config, const char *path);
  * other tools, like the reference files, carry none and are read as they are).
  * Errors name the dataset; the caller adds the file. */
 uint64_t model_checksum(const void *data, size_t bytes);
+
+/* Config values as typed attributes (/config, /train/run_config): text in the
+ * form model_config_get() gives, written as int64, float64 or a string; and
+ * read back as that text whatever numeric type a writer used (int64, int32,
+ * float64 of an integer value; reals exactly, "%.17g"). */
+dt_status model_h5_write_attr_text(hid_t loc, const char *name, model_key_kind kind, const char *text);
+dt_status model_h5_attr_as_text(hid_t loc, const char *name, char *text, size_t capacity);
 dt_status model_h5_attach_checksum(hid_t loc, const char *dataset, const void *data, size_t bytes);
 dt_status model_h5_verify_checksum(hid_t loc, const char *dataset, const void *data, size_t bytes);
 

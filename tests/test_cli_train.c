@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/h5.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
@@ -168,4 +169,126 @@ Test(cli_train, sigterm_checkpoints_and_exits_143, .init = setup, .fini = teardo
     cr_assert(state.step >= 3);
     cr_assert_eq(count_lines(log_path, "\"type\":\"step\""), (int)state.step,
                  "the checkpoint holds exactly the logged steps");
+}
+
+/* ---------- the stored run config and resume checks (issue 18 items 9, 12; issue 17) ---------- */
+
+/* Trains the setup's run (320 tokens, 10 steps) with extra arguments; asserts success. */
+static void train_ok(const char *extra) {
+    static char args[1024];
+    char *err;
+    snprintf(args, sizeof args, "--config '%s' %s", config_path, extra);
+    cr_assert_eq(run_train(args, NULL, &err), 0, "%s: %s", args, err);
+    free(err);
+}
+
+/* The loss of the first step line of a log. */
+static double first_step_loss(const char *log_path) {
+    char *text = test_slurp(log_path);
+    const char *at = strstr(text, "\"type\":\"step\"");
+    cr_assert(at, "%s", text);
+    at = strstr(at, "\"loss\":");
+    cr_assert(at);
+    double loss = strtod(at + 7, NULL);
+    free(text);
+    return loss;
+}
+
+Test(cli_train, resume_refuses_a_budget_below_what_was_trained, .init = setup, .fini = teardown, .timeout = 120) {
+    static char args[512];
+    char *err;
+    train_ok("");
+    snprintf(args, sizeof args, "--resume '%s/run/checkpoint.h5' --tokens 160", work_dir);
+    cr_assert_eq(run_train(args, NULL, &err), 1, "a budget of 160 tokens resumed after 320");
+    test_assert_one_line_error(err, "dbranch train: ", "320");
+    free(err);
+}
+
+/* The stored config is data: a path holding " ;" (an INI comment) resumes into the same directory. */
+Test(cli_train, resume_keeps_a_path_with_an_ini_comment, .init = setup, .fini = teardown, .timeout = 120) {
+    static char extra[256], args[512], log_path[256];
+    snprintf(extra, sizeof extra, "--out '%s/run ;x'", work_dir);
+    train_ok(extra);
+    snprintf(args, sizeof args, "--resume '%s/run ;x/checkpoint.h5' --tokens 640", work_dir);
+    char *err;
+    cr_assert_eq(run_train(args, NULL, &err), 0, "%s", err);
+    free(err);
+    snprintf(log_path, sizeof log_path, "%s/run ;x/log.jsonl", work_dir);
+    cr_assert_eq(count_lines(log_path, "\"type\":\"step\""), 20, "the resumed run went on in another directory");
+}
+
+Test(cli_train, resume_on_another_dataset_says_so, .init = setup, .fini = teardown, .timeout = 120) {
+    static char args[768];
+    train_ok("");
+    snprintf(args, sizeof args, "cp '%s/data.h5' '%s/moved.h5'", work_dir, work_dir);
+    cr_assert_eq(system(args), 0);
+    snprintf(args, sizeof args, "--resume '%s/run/checkpoint.h5' --tokens 640 --set data.path='%s/moved.h5'", work_dir,
+             work_dir);
+    char *err;
+    cr_assert_eq(run_train(args, NULL, &err), 0, "%s", err);
+    cr_assert(strstr(err, "data.path") && strstr(err, "moved.h5") && strstr(err, "data.h5"), "no word: '%s'", err);
+    free(err);
+}
+
+/* Checkpoints written before /train/run_config existed (f7d5a46) resume from their INI text;
+ * a run_config that does not match its checksum is refused. */
+Test(cli_train, old_checkpoints_resume_and_corrupted_run_configs_do_not, .init = setup, .fini = teardown,
+     .timeout = 120) {
+    static char checkpoint[160], copy[160], args[512];
+    train_ok("");
+    snprintf(checkpoint, sizeof checkpoint, "%s/run/checkpoint.h5", work_dir);
+    snprintf(copy, sizeof copy, "%s/tampered.h5", work_dir);
+    snprintf(args, sizeof args, "cp '%s' '%s'", checkpoint, copy);
+    cr_assert_eq(system(args), 0);
+
+    hid_t file = H5Fopen(copy, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert(file >= 0);
+    hid_t group = H5Gopen2(file, "/train/run_config", H5P_DEFAULT);
+    cr_assert(group >= 0, "the run config is stored as data");
+    cr_assert_eq(h5_write_attr_int(group, "train.seed", 99), DT_OK);
+    H5Gclose(group);
+    H5Fclose(file);
+    char *err;
+    snprintf(args, sizeof args, "--resume '%s' --tokens 640", copy);
+    cr_assert_eq(run_train(args, NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch train: ", "checksum");
+    free(err);
+
+    file = H5Fopen(checkpoint, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert(file >= 0);
+    cr_assert(H5Ldelete(file, "/train/run_config", H5P_DEFAULT) >= 0);
+    H5Fclose(file);
+    snprintf(args, sizeof args, "--resume '%s' --tokens 640", checkpoint);
+    cr_assert_eq(run_train(args, NULL, &err), 0, "%s", err);
+    free(err);
+    train_state state;
+    cr_assert_eq(train_checkpoint_read_state(checkpoint, &state, NULL), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(state.step, 20);
+}
+
+/* train.init_from: the weights of a checkpoint, a fresh optimizer and data state; the model must match. */
+Test(cli_train, init_from_starts_a_new_run_from_weights, .init = setup, .fini = teardown, .timeout = 120) {
+    static char extra[512], log_a[160], log_b[160], checkpoint_b[160];
+    train_ok("");
+    snprintf(extra, sizeof extra, "--set train.init_from='%s/run/checkpoint.h5' --out '%s/second'", work_dir, work_dir);
+    train_ok(extra);
+    snprintf(log_a, sizeof log_a, "%s/run/log.jsonl", work_dir);
+    snprintf(log_b, sizeof log_b, "%s/second/log.jsonl", work_dir);
+    snprintf(checkpoint_b, sizeof checkpoint_b, "%s/second/checkpoint.h5", work_dir);
+    train_state state;
+    cr_assert_eq(train_checkpoint_read_state(checkpoint_b, &state, NULL), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(state.step, 10, "a new run of 10 steps, not a resumed one");
+    cr_assert_eq(state.tokens_seen, 320);
+    cr_assert_eq(count_lines(log_b, "\"type\":\"step\""), 10);
+    double first_a = first_step_loss(log_a), first_b = first_step_loss(log_b);
+    cr_assert(first_b < first_a - 0.05, "the second run starts from trained weights (%g vs %g)", first_b, first_a);
+
+    static char args[768];
+    snprintf(args, sizeof args,
+             "--config '%s' --set train.init_from='%s/run/checkpoint.h5' --set model.n_layer=2 --out '%s/third'",
+             config_path, work_dir, work_dir);
+    char *err;
+    cr_assert_eq(run_train(args, NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch train: ", "model.n_layer");
+    free(err);
 }

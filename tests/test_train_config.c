@@ -248,3 +248,92 @@ Test(train_config, integer_forms) {
     cr_assert_eq(train_config_set(&cfg, "tokens=1.5"), DT_ERR);
     assert_error_mentions("train.tokens", "1.5");
 }
+
+/* ---------- declared ranges and parsing holes (issue 18 items 6, 10, 12) ---------- */
+
+static train_config valid_config(void) {
+    train_config cfg = train_config_default();
+    snprintf(cfg.data_path, sizeof cfg.data_path, "x.h5");
+    cfg.tokens = 100000;
+    cfg.model.block_size = 64;
+    return cfg;
+}
+
+Test(train_config, values_beyond_their_range_are_refused) {
+    /* Each passed validation before: 2^63-1 windows overflowed B*T, and train
+     * took any thread count while eval refused more than 1024. */
+    const char *cases[][2] = {
+        {"train.batch_size=9223372036854775807", "train.batch_size"},
+        {"train.grad_accum=9223372036854775807", "train.grad_accum"},
+        {"train.threads=10000", "train.threads"},
+        {"train.threads=2147483648", "train.threads"},
+        {"train.seq_len=2147483648", "train.seq_len"},
+        {"train.eval_windows=-5", "train.eval_windows"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        train_config cfg = valid_config();
+        cr_assert_eq(train_config_set(&cfg, cases[i][0]), DT_OK, "%s: %s", cases[i][0], dt_error_message());
+        cr_assert_eq(train_config_validate(&cfg), DT_ERR, "'%s' accepted", cases[i][0]);
+        assert_error_mentions(cases[i][1], "must be in");
+    }
+    train_config cfg = valid_config();
+    cr_assert_eq(train_config_set(&cfg, "train.threads=1024"), DT_OK);
+    cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
+    /* B*T inside an int even when each factor is in range. */
+    cfg = valid_config();
+    cfg.model.block_size = 1048576;
+    cfg.batch_size = 1048576;
+    cfg.seq_len = 1048576;
+    cfg.tokens = 1000000000000000;
+    cr_assert_eq(train_config_validate(&cfg), DT_ERR);
+    assert_error_mentions("batch_size * train.seq_len", NULL);
+}
+
+Test(train_config, integers_that_are_not_the_number_written_are_refused) {
+    /* 1e-400 underflows to 0 (and was taken as seed 0); beyond 64 bits is not a seed. */
+    const char *cases[] = {"train.seed=1e-400", "train.tokens=1e-400", "train.seed=18446744073709551616",
+                           "train.seed=1e400", "train.batch_size=2.5"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        train_config cfg = valid_config();
+        cr_assert_eq(train_config_set(&cfg, cases[i]), DT_ERR, "'%s' accepted", cases[i]);
+        assert_error_mentions(i == 1 ? "train.tokens" : i == 4 ? "train.batch_size" : "train.seed", "'");
+    }
+    train_config cfg = valid_config();
+    cr_assert_eq(train_config_set(&cfg, "train.tokens=2e6"), DT_OK, "exact reals stay accepted");
+    cr_assert_eq(cfg.tokens, 2000000);
+}
+
+Test(train_config, malformed_headers_are_refused) {
+    const char *cases[] = {"[train]]\nseed = 3\n", "[train] x\nseed = 3\n", "[]\nseed = 3\n", "[train\nseed = 3\n",
+                           "[model]\nn_layer = 2\n  [tra[in]\n"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        train_config cfg = train_config_default();
+        cr_assert_eq(train_config_parse_string(&cfg, cases[i], "test.ini"), DT_ERR, "accepted: %s", cases[i]);
+        assert_error_mentions("test.ini line", "header");
+    }
+    train_config cfg = train_config_default();
+    cr_assert_eq(
+        train_config_parse_string(&cfg, "[train] ; the run\nseed = 3\n[model]  # the model\nn_layer = 2\n", "ok.ini"),
+        DT_OK, "%s", dt_error_message());
+    cr_assert_eq(cfg.seed, 3);
+    cr_assert_eq(cfg.model.n_layer, 2);
+}
+
+Test(train_config, stored_form_round_trips_every_run_key) {
+    train_config cfg = valid_config(), back = train_config_default();
+    snprintf(cfg.out_dir, sizeof cfg.out_dir, "  runs/a ;b #c  ");
+    snprintf(cfg.init_from, sizeof cfg.init_from, "x ; y.h5");
+    cfg.lr = 0.1 + 0.2;
+    cfg.seed = INT64_MAX;
+    for (int i = 0; i < train_config_key_count(); i++) {
+        char text[TRAIN_PATH_MAX];
+        train_config_get_stored(&cfg, i, text, sizeof text);
+        cr_assert_eq(train_config_set_stored(&back, i, text), DT_OK, "%s: %s", train_config_key_name(i),
+                     dt_error_message());
+    }
+    cr_assert_str_eq(back.out_dir, cfg.out_dir, "paths verbatim");
+    cr_assert_str_eq(back.init_from, cfg.init_from);
+    cr_assert_eq(back.lr, cfg.lr);
+    cr_assert_eq(back.seed, INT64_MAX);
+    cr_assert_str_eq(train_config_key_name(0), "data.path");
+}

@@ -110,17 +110,7 @@ static dt_status write_run_config(hid_t train, const train_config *cfg) {
         char value[TRAIN_PATH_MAX];
         const char *name = train_config_key_name(i);
         train_config_get_stored(cfg, i, value, sizeof value);
-        switch (train_config_key_kind(i)) {
-        case TRAIN_KEY_INT:
-            status = h5_write_attr_int(group, name, strtoll(value, NULL, 10));
-            break;
-        case TRAIN_KEY_REAL:
-            status = h5_write_attr_double(group, name, strtod(value, NULL));
-            break;
-        case TRAIN_KEY_TEXT:
-            status = h5_write_attr_string(group, name, value);
-            break;
-        }
+        status = model_h5_write_attr_text(group, name, train_config_key_kind(i), value);
     }
     if (status == DT_OK) status = h5_write_attr_int(group, "checksum", (int64_t)run_config_checksum(cfg, NULL));
     H5Gclose(group);
@@ -137,17 +127,7 @@ static dt_status read_run_config(hid_t train, train_config *cfg) {
         char value[TRAIN_PATH_MAX];
         if (!h5_has_attr(group, name)) continue; /* a key added later: its default */
         present[i] = 1;
-        if (train_config_key_kind(i) == TRAIN_KEY_INT) {
-            int64_t v = 0;
-            status = h5_read_attr_int(group, name, &v);
-            snprintf(value, sizeof value, "%lld", (long long)v);
-        } else if (train_config_key_kind(i) == TRAIN_KEY_REAL) {
-            double v = 0;
-            status = h5_read_attr_double(group, name, &v);
-            snprintf(value, sizeof value, "%.17g", v); /* exact */
-        } else {
-            status = h5_read_attr_string(group, name, value, sizeof value);
-        }
+        status = model_h5_attr_as_text(group, name, value, sizeof value);
         if (status == DT_OK) status = train_config_set_stored(cfg, i, value);
     }
     int64_t stored = 0;

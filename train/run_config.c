@@ -128,11 +128,11 @@ int train_config_key_count(void) { return n_config_keys; }
 const char *train_config_key_name(int index) {
     return index >= 0 && index < n_config_keys ? config_keys[index].full_name : NULL;
 }
-train_key_kind train_config_key_kind(int index) {
-    if (index < 0 || index >= n_config_keys) return TRAIN_KEY_TEXT;
-    return config_keys[index].kind == VALUE_INT    ? TRAIN_KEY_INT
-           : config_keys[index].kind == VALUE_REAL ? TRAIN_KEY_REAL
-                                                   : TRAIN_KEY_TEXT;
+model_key_kind train_config_key_kind(int index) {
+    if (index < 0 || index >= n_config_keys) return MODEL_KEY_WORD;
+    return config_keys[index].kind == VALUE_INT    ? MODEL_KEY_INT
+           : config_keys[index].kind == VALUE_REAL ? MODEL_KEY_REAL
+                                                   : MODEL_KEY_WORD;
 }
 void train_config_get_stored(const train_config *cfg, int index, char *text, size_t capacity) {
     if (index < 0 || index >= n_config_keys) {

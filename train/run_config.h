@@ -25,37 +25,19 @@
 
 enum { TRAIN_PATH_MAX = 1024 };
 
+/* The run fields come from train/run_config_keys.def, one per key, in its
+ * order (its help column says what each holds). */
+#define TRAIN_FIELD_INT(field)       int64_t field;
+#define TRAIN_FIELD_REAL(field)      double field;
+#define TRAIN_FIELD_PATH(field)      char field[TRAIN_PATH_MAX];
+#define TRAIN_FIELD_SCHEDULE(field)  optim_schedule_kind field;
+#define TRAIN_FIELD_OPTIMIZER(field) optim_kind field;
+
 typedef struct train_config {
     model_config model; /* [model] */
-
-    /* [data] */
-    char data_path[TRAIN_PATH_MAX]; /* token dataset (SPEC §5), required */
-
-    /* [train] */
-    int64_t batch_size;     /* B: windows per micro-batch */
-    int64_t seq_len;        /* T: tokens per window (0: the model's block_size) */
-    int64_t tokens;         /* budget: training tokens of the whole run (steps = tokens / (B*T*grad_accum)) */
-    int64_t grad_accum;     /* micro-batches per optimizer step */
-    double lr;              /* AdamW peak learning rate */
-    double min_lr;          /* floor reached by the decay */
-    int64_t warmup_steps;   /* -1: use warmup_fraction */
-    double warmup_fraction; /* share of the steps spent warming up */
-    optim_schedule_kind schedule;
-    double decay_fraction; /* wsd: share of the steps spent decaying */
-    double weight_decay;
-    double beta1, beta2, eps;
-    double grad_clip; /* global-norm clip; 0 disables */
-    optim_kind optimizer;
-    double muon_lr, muon_momentum, muon_weight_decay;
-    int64_t seed;                   /* model init and batch order */
-    int64_t threads;                /* 0: OpenMP's default */
-    int64_t eval_every;             /* steps between validation evals (0: only at the end) */
-    int64_t eval_windows;           /* validation windows per eval (0: the whole split) */
-    int64_t checkpoint_every;       /* steps between checkpoints (0: only at the end) */
-    int64_t print_every;            /* steps between plain progress lines when stdout is no TTY (0: about 50 per run) */
-    char out_dir[TRAIN_PATH_MAX];   /* checkpoint.h5 and the log go here */
-    char log_file[TRAIN_PATH_MAX];  /* JSON-lines log; relative paths are inside out_dir */
-    char init_from[TRAIN_PATH_MAX]; /* "" or a checkpoint whose weights start the run (issue 17) */
+#define RUN_KEY(section, name, field, kind, ...) TRAIN_FIELD_##kind(field)
+#include "train/run_config_keys.def"
+#undef RUN_KEY
 } train_config;
 
 train_config train_config_default(void);
@@ -78,12 +60,12 @@ dt_status train_config_validate(train_config *cfg);
 size_t train_config_format(const train_config *cfg, char *text, size_t capacity);
 
 /* The [data] and [train] keys in table order, for storing a run as data:
- * index 0..train_config_key_count()-1. The name is "section.key". Stored
- * kinds: int64, float64 or a string (paths verbatim, words). */
-typedef enum { TRAIN_KEY_INT = 0, TRAIN_KEY_REAL = 1, TRAIN_KEY_TEXT = 2 } train_key_kind;
+ * index 0..train_config_key_count()-1. The name is "section.key". Stored as
+ * int64 (MODEL_KEY_INT), float64 (MODEL_KEY_REAL) or a string (MODEL_KEY_WORD:
+ * paths verbatim, words). */
 int train_config_key_count(void);
 const char *train_config_key_name(int index);
-train_key_kind train_config_key_kind(int index);
+model_key_kind train_config_key_kind(int index);
 /* The value in a form train_config_set_stored reads back exactly. */
 void train_config_get_stored(const train_config *cfg, int index, char *text, size_t capacity);
 /* Sets key index from that form (paths verbatim: no trimming, no comments). */
