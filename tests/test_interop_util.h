@@ -13,7 +13,7 @@
 
 #include "models/model.h"
 
-static void interop_set_pairs(model_config *c, const char *pairs) {
+static inline void interop_set_pairs(model_config *c, const char *pairs) {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", pairs);
     for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
@@ -25,7 +25,7 @@ static void interop_set_pairs(model_config *c, const char *pairs) {
 }
 
 /* A small model of the family with every weight distinct (norms and biases too). */
-static void interop_make_model(model *m, model_family family, const char *pairs, uint64_t seed) {
+static inline void interop_make_model(model *m, model_family family, const char *pairs, uint64_t seed) {
     model_config c = model_config_default(family);
     interop_set_pairs(&c, "vocab_size=40 block_size=12 n_layer=2 d_model=16 n_head=4");
     if (family != FAMILY_NANOGPT) interop_set_pairs(&c, "n_kv_head=2 d_ff=24");
@@ -43,7 +43,7 @@ static void interop_make_model(model *m, model_family family, const char *pairs,
 }
 
 /* Primary logits [T, V] of tokens[T] (caller frees). */
-static float *interop_logits(model *m, const int32_t *tokens, int64_t T) {
+static inline float *interop_logits(model *m, const int32_t *tokens, int64_t T) {
     ag_ctx ctx;
     cr_assert_eq(ag_ctx_init(&ctx, 0), DT_OK);
     dt_tensor *in = ag_tensor(&ctx, DT_I32, DT_SHAPE(1, T));
@@ -58,7 +58,7 @@ static float *interop_logits(model *m, const int32_t *tokens, int64_t T) {
 }
 
 /* Logits of two models on the same tokens agree within 1e-5 relative (to the largest magnitude). */
-static void interop_assert_same_logits(model *a, model *b) {
+static inline void interop_assert_same_logits(model *a, model *b) {
     const int32_t tokens[6] = {1, 7, 3, 39, 0, 12};
     float *la = interop_logits(a, tokens, 6), *lb = interop_logits(b, tokens, 6);
     const int64_t n = 6 * a->config.vocab_size;
@@ -73,7 +73,7 @@ static void interop_assert_same_logits(model *a, model *b) {
 }
 
 /* The whole file (caller frees); *n its size. */
-static unsigned char *interop_read_all(const char *path, size_t *n) {
+static inline unsigned char *interop_read_all(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     cr_assert(f, "cannot open %s", path);
     fseek(f, 0, SEEK_END);
@@ -96,7 +96,7 @@ typedef struct {
     const unsigned char *body;
 } st_file;
 
-static void st_open(st_file *f, const char *path) {
+static inline void st_open(st_file *f, const char *path) {
     f->bytes = interop_read_all(path, &f->n);
     cr_assert(f->n >= 8);
     f->header_length = 0;
@@ -109,14 +109,14 @@ static void st_open(st_file *f, const char *path) {
     f->body = f->bytes + 8 + f->header_length;
 }
 
-static void st_close(st_file *f) {
+static inline void st_close(st_file *f) {
     free(f->bytes);
     free(f->header);
 }
 
 /* The tensor's data (NULL when absent) and its shape: found by searching the
  * header for "name":{ and reading shape and data_offsets with sscanf. */
-static const float *st_tensor(const st_file *f, const char *name, int *ndim, int64_t shape[4]) {
+static inline const float *st_tensor(const st_file *f, const char *name, int *ndim, int64_t shape[4]) {
     char key[200];
     snprintf(key, sizeof key, "\"%s\":{", name);
     const char *at = strstr(f->header, key);
@@ -147,7 +147,7 @@ static const float *st_tensor(const st_file *f, const char *name, int *ndim, int
 }
 
 /* How many tensors the header lists. */
-static int st_count(const st_file *f) {
+static inline int st_count(const st_file *f) {
     int n = 0;
     for (const char *s = f->header; (s = strstr(s, "\"dtype\"")); s++)
         n++;

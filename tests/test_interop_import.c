@@ -1,0 +1,193 @@
+/* Import tests: HF export -> import gives back the same model (config key by
+ * key, every parameter bit for bit, the same logits) for both families, tied
+ * and untied, with and without a decode branch; and every damaged file is a
+ * one-line error naming the file and the tensor: a missing or mis-shaped
+ * tensor, a truncated body, a header length beyond the file, an unexpected
+ * tensor, a config key dbranch cannot honour. */
+#define _GNU_SOURCE /* memmem */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "interop/export.h"
+#include "interop/import.h"
+#include "support/scratch.h"
+#include "test_interop_util.h"
+
+static char tmp_dir[256];
+static void make_tmp_dir(void) { test_scratch_dir(tmp_dir, sizeof tmp_dir, "interop_import"); }
+static void remove_tmp_dir(void) { test_remove_dir(tmp_dir); }
+TestSuite(import, .init = make_tmp_dir, .fini = remove_tmp_dir);
+
+static const char *tmp_path(const char *name) {
+    static char path[2][512];
+    static int which;
+    which ^= 1;
+    snprintf(path[which], sizeof path[which], "%s/%s", tmp_dir, name);
+    return path[which];
+}
+
+static void assert_same_model(const model *a, const model *b) {
+    for (int i = 0; i < model_config_key_count(); i++) {
+        char ta[64], tb[64];
+        model_config_get(&a->config, model_config_key(i), ta, sizeof ta);
+        model_config_get(&b->config, model_config_key(i), tb, sizeof tb);
+        cr_assert_str_eq(ta, tb, "config key %s", model_config_key(i));
+    }
+    cr_assert_eq(a->n_params, b->n_params);
+    for (int i = 0; i < a->n_params; i++) {
+        cr_assert_str_eq(a->params[i].name, b->params[i].name);
+        cr_assert(dt_same_shape(a->params[i].tensor, b->params[i].tensor), "%s shape", a->params[i].name);
+        cr_assert_eq(memcmp(a->params[i].tensor->data, b->params[i].tensor->data, 4 * (size_t)a->params[i].tensor->size),
+                     0, "%s differs after export -> import", a->params[i].name);
+    }
+}
+
+Test(import, hf_round_trip_is_exact) {
+    struct {
+        model_family family;
+        const char *pairs;
+    } cases[] = {
+        {FAMILY_NANOGPT, ""},
+        {FAMILY_NANOGPT, "tie_embeddings=0 norm_eps=1e-6"},
+        {FAMILY_LLAMA, ""},
+        {FAMILY_LLAMA, "tie_embeddings=1 rope_theta=500000 n_kv_head=1"},
+        {FAMILY_LLAMA, "branch=decode mix_alpha_min=0.3 alpha_detach=1"},
+        {FAMILY_NANOGPT, "branch=decode couple=off"},
+        {FAMILY_LLAMA, "branch=decode branch_emb=shared detach_primary=1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model a, b;
+        interop_make_model(&a, cases[i].family, cases[i].pairs, 20 + i);
+        char dir[64];
+        snprintf(dir, sizeof dir, "case%zu", i);
+        cr_assert_eq(interop_export_hf(&a, tmp_path(dir)), DT_OK, "case %zu: %s", i, dt_error_message());
+        cr_assert_eq(interop_import_hf(&b, tmp_path(dir)), DT_OK, "case %zu: %s", i, dt_error_message());
+        assert_same_model(&a, &b);
+        interop_assert_same_logits(&a, &b);
+        model_free(&a);
+        model_free(&b);
+    }
+}
+
+/* An exported GPT-2 directory whose model.safetensors the test then damages. */
+static const char *exported_gpt2(const char *name) {
+    model m;
+    interop_make_model(&m, FAMILY_NANOGPT, "", 30);
+    cr_assert_eq(interop_export_hf(&m, tmp_path(name)), DT_OK, "%s", dt_error_message());
+    model_free(&m);
+    return tmp_path(name);
+}
+
+static unsigned char *read_weights(const char *dir, size_t *n, char *path, size_t size) {
+    snprintf(path, size, "%s/model.safetensors", dir);
+    return interop_read_all(path, n);
+}
+
+static void write_bytes(const char *path, const unsigned char *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    cr_assert_eq(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+}
+
+/* Replaces the first occurrence of `from` in the header by `to` (same length). */
+static void edit_header(unsigned char *bytes, size_t n, const char *from, const char *to) {
+    cr_assert_eq(strlen(from), strlen(to));
+    uint64_t header = 0;
+    for (int i = 7; i >= 0; i--) header = header << 8 | bytes[i];
+    unsigned char *at = memmem(bytes + 8, header, from, strlen(from));
+    cr_assert(at, "header has %s", from);
+    memcpy(at, to, strlen(to));
+}
+
+static void assert_import_fails(const char *dir, const char *needle1, const char *needle2) {
+    model m;
+    cr_assert_eq(interop_import_hf(&m, dir), DT_ERR, "the damaged file is refused");
+    const char *message = dt_error_message();
+    cr_assert(strstr(message, needle1), "message names %s: %s", needle1, message);
+    cr_assert(strstr(message, needle2), "message names %s: %s", needle2, message);
+    cr_assert_null(strchr(message, '\n'), "one line: %s", message);
+}
+
+Test(import, missing_tensor_is_named) {
+    const char *dir = exported_gpt2("missing");
+    char path[600];
+    size_t n;
+    unsigned char *bytes = read_weights(dir, &n, path, sizeof path);
+    edit_header(bytes, n, "\"transformer.h.1.mlp.c_fc.bias\"", "\"transformer.h.1.mlp.c_fc.bia_\"");
+    write_bytes(path, bytes, n);
+    free(bytes);
+    assert_import_fails(dir, "model.safetensors: missing tensor 'transformer.h.1.mlp.c_fc.bias'", "");
+}
+
+Test(import, misshaped_tensor_is_named) {
+    const char *dir = exported_gpt2("shape");
+    char path[600];
+    size_t n;
+    unsigned char *bytes = read_weights(dir, &n, path, sizeof path);
+    /* c_attn.weight [16,48] -> [48,16]: same bytes, wrong layout (a [out, in] file). */
+    edit_header(bytes, n, "\"shape\":[16,48]", "\"shape\":[48,16]");
+    write_bytes(path, bytes, n);
+    free(bytes);
+    assert_import_fails(dir, "model.safetensors", "tensor 'transformer.h.0.attn.c_attn.weight' has shape [48, 16]");
+}
+
+Test(import, truncated_body_is_named) {
+    const char *dir = exported_gpt2("truncated");
+    char path[600];
+    size_t n;
+    unsigned char *bytes = read_weights(dir, &n, path, sizeof path);
+    write_bytes(path, bytes, n - 100);
+    free(bytes);
+    assert_import_fails(dir, "model.safetensors", "(the file is truncated)");
+}
+
+Test(import, header_length_beyond_the_file_is_named) {
+    const char *dir = exported_gpt2("header");
+    char path[600];
+    size_t n;
+    unsigned char *bytes = read_weights(dir, &n, path, sizeof path);
+    uint64_t huge = (uint64_t)n + 1000;
+    memcpy(bytes, &huge, 8);
+    write_bytes(path, bytes, n);
+    free(bytes);
+    assert_import_fails(dir, "model.safetensors", "header length");
+}
+
+Test(import, unexpected_tensor_and_foreign_dtype_are_named) {
+    const char *dir = exported_gpt2("dtype");
+    char path[600];
+    size_t n;
+    unsigned char *bytes = read_weights(dir, &n, path, sizeof path);
+    edit_header(bytes, n, "\"dtype\":\"F32\"", "\"dtype\":\"F16\"");
+    write_bytes(path, bytes, n);
+    assert_import_fails(dir, "model.safetensors", "dtype F16");
+    edit_header(bytes, n, "\"dtype\":\"F16\"", "\"dtype\":\"F32\"");
+    edit_header(bytes, n, "\"transformer.wte.weight\"", "\"transformer.wte.weighX\"");
+    write_bytes(path, bytes, n);
+    free(bytes);
+    assert_import_fails(dir, "model.safetensors", "'transformer.wte.weight'"); /* missing comes first */
+}
+
+Test(import, config_keys_dbranch_cannot_honour_are_named) {
+    const char *dir = exported_gpt2("config");
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const char *bad[][2] = {
+        {"{\"architectures\": [\"BertModel\"]}", "BertModel"},
+        {"{\"architectures\": [\"GPT2LMHeadModel\"], \"vocab_size\": 40}", "missing key 'n_positions'"},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 40, \"max_position_embeddings\": 12, "
+         "\"hidden_size\": 16, \"intermediate_size\": 24, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+         "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}",
+         "rope_scaling"},
+        {"{\"architectures\": [\"GPT2LMHeadModel\"], \"activation_function\": \"relu\"}", "activation_function"},
+        {"{\"architectures\": [\"GPT2LMHeadModel\"],}", "JSON error"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_bytes(path, (const unsigned char *)bad[i][0], strlen(bad[i][0]));
+        assert_import_fails(dir, "config.json", bad[i][1]);
+    }
+}
