@@ -58,7 +58,8 @@ static dt_status expect_word(const config_reader *r, const char *key, const char
 
 static dt_status expect_false(const config_reader *r, const char *key, const char *why) {
     const json_value *v = key_value(r, key, 0);
-    if (v && !(v->type == JSON_BOOL && !v->boolean)) return dt_errorf("%s: key '%s' must be false (%s)", r->path, key, why);
+    if (v && !(v->type == JSON_BOOL && !v->boolean))
+        return dt_errorf("%s: key '%s' must be false (%s)", r->path, key, why);
     return DT_OK;
 }
 
@@ -72,7 +73,9 @@ static dt_status config_from_json(const config_reader *r, model_config *c) {
     int llama = (name && !strcmp(name, "LlamaForCausalLM")) || (!name && model_type && !strcmp(model_type, "llama"));
     if (!gpt2 && !llama)
         return dt_errorf("%s: architectures = %s is neither GPT2LMHeadModel nor LlamaForCausalLM", r->path,
-                         name ? name : model_type ? model_type : "(absent)");
+                         name         ? name
+                         : model_type ? model_type
+                                      : "(absent)");
     *c = model_config_default(gpt2 ? FAMILY_NANOGPT : FAMILY_LLAMA);
     if (gpt2) {
         static const char *const gelu[] = {"gelu_new", "gelu_pytorch_tanh"};
@@ -156,8 +159,8 @@ static dt_status check_all_used(const tensor_source *s, const model *m) {
         if (s->used[i]) continue;
         const char *name = s->file.tensors.items[i].name;
         size_t n = strlen(name);
-        int mask = n > 10 && (!strcmp(name + n - 10, ".attn.bias") ||
-                              (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias")));
+        int mask =
+            n > 10 && (!strcmp(name + n - 10, ".attn.bias") || (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias")));
         if (m->config.family == FAMILY_NANOGPT && mask) continue;
         if (m->config.tie_embeddings && !strcmp(name, "lm_head.weight")) continue;
         return dt_errorf("%s: unexpected tensor '%s' (not a parameter of this model's config)", s->path, name);
@@ -216,7 +219,8 @@ dt_status interop_import_hf(model *m, const char *in_dir) {
         /* The side file belongs to this model: the shapes config.json gives must agree. */
         if (config.family != hf.family || config.vocab_size != hf.vocab_size || config.d_model != hf.d_model ||
             config.n_layer != hf.n_layer || config.n_head != hf.n_head || config.n_kv_head != hf.n_kv_head ||
-            config.d_ff != hf.d_ff || config.block_size != hf.block_size || config.tie_embeddings != hf.tie_embeddings) {
+            config.d_ff != hf.d_ff || config.block_size != hf.block_size ||
+            config.tie_embeddings != hf.tie_embeddings) {
             close_source(&branch);
             return dt_errorf("%s: its dbranch config does not match %s", branch_path, config_path);
         }
@@ -226,8 +230,7 @@ dt_status interop_import_hf(model *m, const char *in_dir) {
     tensor_source weights = {0};
     int weights_open = 0;
     if (status == DT_OK) status = open_source(&weights, weights_path), weights_open = status == DT_OK;
-    if (status == DT_OK)
-        status = interop_map_import(m, interop_map_for(MAP_HF, config.family), fetch, &weights);
+    if (status == DT_OK) status = interop_map_import(m, interop_map_for(MAP_HF, config.family), fetch, &weights);
     if (status != DT_OK && weights_open && strncmp(dt_error_message(), weights_path, strlen(weights_path)))
         dt_error_context("%s", weights_path); /* a shape error names the tensor, not yet the file */
     if (status == DT_OK) status = check_all_used(&weights, m);
@@ -241,7 +244,8 @@ dt_status interop_import_hf(model *m, const char *in_dir) {
             break;
         }
         int same = t->ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+        for (int d = 0; same && d < p->ndim; d++)
+            same = t->shape[d] == p->shape[d];
         if (!same)
             status = dt_errorf("%s: tensor '%s' does not have the shape the config gives", branch_path, t->name);
         else

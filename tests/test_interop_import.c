@@ -40,8 +40,9 @@ static void assert_same_model(const model *a, const model *b) {
     for (int i = 0; i < a->n_params; i++) {
         cr_assert_str_eq(a->params[i].name, b->params[i].name);
         cr_assert(dt_same_shape(a->params[i].tensor, b->params[i].tensor), "%s shape", a->params[i].name);
-        cr_assert_eq(memcmp(a->params[i].tensor->data, b->params[i].tensor->data, 4 * (size_t)a->params[i].tensor->size),
-                     0, "%s differs after export -> import", a->params[i].name);
+        cr_assert_eq(
+            memcmp(a->params[i].tensor->data, b->params[i].tensor->data, 4 * (size_t)a->params[i].tensor->size), 0,
+            "%s differs after export -> import", a->params[i].name);
     }
 }
 
@@ -97,7 +98,8 @@ static void write_bytes(const char *path, const unsigned char *bytes, size_t n) 
 static void edit_header(unsigned char *bytes, size_t n, const char *from, const char *to) {
     cr_assert_eq(strlen(from), strlen(to));
     uint64_t header = 0;
-    for (int i = 7; i >= 0; i--) header = header << 8 | bytes[i];
+    for (int i = 7; i >= 0; i--)
+        header = header << 8 | bytes[i];
     unsigned char *at = memmem(bytes + 8, header, from, strlen(from));
     cr_assert(at, "header has %s", from);
     memcpy(at, to, strlen(to));

@@ -31,9 +31,23 @@ Test(json, reads_objects_arrays_numbers_strings) {
 }
 
 Test(json, refuses_malformed_text) {
-    const char *bad[] = {"{\"a\": 1,}", "[1, 2,]", "{\"a\": 1, \"a\": 2}", "01", "1.", "-", "\"tab\there\"",
-                         "\"\\x\"",     "\"\\ud800\"", "{\"a\" 1}", "[1] 2", "", "tru", "\"\\u0000\"", "{'a': 1}",
-                         "[1 2]",      "// c\n1"};
+    const char *bad[] = {"{\"a\": 1,}",
+                         "[1, 2,]",
+                         "{\"a\": 1, \"a\": 2}",
+                         "01",
+                         "1.",
+                         "-",
+                         "\"tab\there\"",
+                         "\"\\x\"",
+                         "\"\\ud800\"",
+                         "{\"a\" 1}",
+                         "[1] 2",
+                         "",
+                         "tru",
+                         "\"\\u0000\"",
+                         "{'a': 1}",
+                         "[1 2]",
+                         "// c\n1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         json_value v;
         cr_assert_eq(json_parse(bad[i], strlen(bad[i]), &v), DT_ERR, "refuses %s", bad[i]);
