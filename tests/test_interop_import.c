@@ -13,6 +13,7 @@
 
 #include "interop/export.h"
 #include "interop/import.h"
+#include "interop/safetensors.h"
 #include "support/scratch.h"
 #include "test_interop_util.h"
 
@@ -192,4 +193,43 @@ Test(import, config_keys_dbranch_cannot_honour_are_named) {
         write_bytes(path, (const unsigned char *)bad[i][0], strlen(bad[i][0]));
         assert_import_fails(dir, "config.json", bad[i][1]);
     }
+}
+
+/* A weight the map does not know (an extra bias, another model's tensor) is
+ * refused, not dropped; a tied head written anyway is accepted only when tied. */
+Test(import, unexpected_tensor_is_named) {
+    for (int tied = 0; tied < 2; tied++) {
+        model m;
+        interop_make_model(&m, FAMILY_LLAMA, tied ? "tie_embeddings=1" : "tie_embeddings=0", 31);
+        const char *dir = tmp_path(tied ? "extra_tied" : "extra");
+        cr_assert_eq(interop_export_hf(&m, dir), DT_OK, "%s", dt_error_message());
+        char path[600];
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        /* The test builds its damaged input with the library's reader and writer. */
+        interop_safetensors file;
+        cr_assert_eq(interop_safetensors_read(path, &file), DT_OK, "%s", dt_error_message());
+        dt_tensor *extra = dt_tensor_new(DT_F32, DT_SHAPE(16));
+        cr_assert_eq(interop_add(&file.tensors, "model.layers.0.self_attn.q_proj.bias", extra), DT_OK);
+        if (tied) cr_assert_eq(interop_add(&file.tensors, "lm_head.weight", m.tok_emb), DT_OK);
+        cr_assert_eq(interop_safetensors_write(path, &file.tensors, NULL, 0), DT_OK, "%s", dt_error_message());
+        interop_safetensors_free(&file);
+        dt_tensor_free(extra);
+        assert_import_fails(dir, "model.safetensors: unexpected tensor 'model.layers.0.self_attn.q_proj.bias'", "");
+        model_free(&m);
+    }
+    /* The tied head alone is accepted (transformers writes it for some tied models). */
+    model m, back;
+    interop_make_model(&m, FAMILY_LLAMA, "tie_embeddings=1", 32);
+    const char *dir = tmp_path("tied_head");
+    cr_assert_eq(interop_export_hf(&m, dir), DT_OK, "%s", dt_error_message());
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    interop_safetensors file;
+    cr_assert_eq(interop_safetensors_read(path, &file), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(interop_add(&file.tensors, "lm_head.weight", m.tok_emb), DT_OK);
+    cr_assert_eq(interop_safetensors_write(path, &file.tensors, NULL, 0), DT_OK);
+    interop_safetensors_free(&file);
+    cr_assert_eq(interop_import_hf(&back, dir), DT_OK, "%s", dt_error_message());
+    model_free(&back);
+    model_free(&m);
 }
