@@ -171,6 +171,12 @@ static void assert_split(const char *path, data_split split, const uint32_t *exp
     cr_assert_eq(data_tokens_read(&t, split, 0, n, got), DT_OK, "%s", dt_error_message());
     for (int64_t i = 0; i < n; i++)
         cr_assert_eq((uint32_t)got[i], expected[i], "token %lld", (long long)i);
+    /* Ids from another tool carry no bytes here: decoding is refused, not empty text. */
+    cr_assert_eq(t.tokenizer.kind, TOKENIZER_EXTERNAL);
+    uint8_t *text = NULL;
+    size_t n_bytes = 0;
+    cr_assert_eq(data_tokenizer_decode(&t.tokenizer, got, n, &text, &n_bytes), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "external"), "%s", dt_error_message());
     data_tokens_close(&t);
 }
 
