@@ -15,9 +15,9 @@ static void print_help(void) {
            "Writes the model in another tool's format, fp32 (docs/INTEROP.md has the name maps):\n"
            "\n"
            "  --format hf       DIR/model.safetensors + DIR/config.json (GPT2LMHeadModel for nanogpt,\n"
-           "                    LlamaForCausalLM for llama)\n"
+           "                    LlamaForCausalLM for llama, MixtralForCausalLM for moe)\n"
            "  --format llama2c  DIR/model.bin (llama2.c's run.c, llama only) + DIR/tokenizer.bin with --tokens\n"
-           "  --format gguf     FILE, GGUF v3 for llama.cpp (architectures gpt2 and llama); the tokenizer\n"
+           "  --format gguf     FILE, GGUF v3 for llama.cpp (gpt2; llama, with experts for moe); the tokenizer\n"
            "                    (tokenizer.ggml.*) with --tokens\n"
            "  --model PATH      a model file or checkpoint\n"
            "  --out PATH        the directory (hf, llama2c; created) or file (gguf) to write\n"
@@ -25,8 +25,8 @@ static void print_help(void) {
            "\n"
            "A Decode-Branch model exports its primary path; its branch tensors and its dbranch config go\n"
            "to branch.safetensors beside (DIR/branch.safetensors, or FILE with .gguf replaced by\n"
-           ".branch.safetensors). moe models and share = off cannot be exported; llama2c needs the llama\n"
-           "family with rope_theta 10000 and norm_eps 1e-5.\n");
+           ".branch.safetensors). share = off cannot be exported; llama2c needs the (dense) llama family\n"
+           "with rope_theta 10000 and norm_eps 1e-5.\n");
 }
 
 static int fail(const char *message) {

@@ -19,7 +19,7 @@ const char *interop_format_name(interop_format format);
 /* Can this config be written in that format? DT_ERR with the reason. */
 dt_status interop_check_exportable(const model_config *c, interop_format format);
 
-/* HF: out_dir/model.safetensors, out_dir/config.json (out_dir is created). */
+/* HF: out_dir/model.safetensors, out_dir/config.json (out_dir is created); moe as Mixtral. */
 dt_status interop_export_hf(const model *m, const char *out_dir);
 /* llama2.c: out_dir/model.bin, and out_dir/tokenizer.bin when tok is given. */
 dt_status interop_export_llama2c(const model *m, const data_tokenizer *tok, const char *out_dir);

@@ -21,16 +21,13 @@ const char *interop_format_name(interop_format format) { return format_names[for
 
 dt_status interop_check_exportable(const model_config *c, interop_format format) {
     const char *name = interop_format_name(format);
-    if (c->family == FAMILY_MOE)
-        return dt_errorf("family moe cannot be exported to %s (%s has no mixture-of-experts form here)", name,
-                         format == EXPORT_HF ? "GPT2LMHeadModel/LlamaForCausalLM" : name);
     if (c->branch == BRANCH_DECODE && !c->share)
         return dt_errorf("share = off cannot be exported to %s (the branch's own matrices are a second model, "
                          "not side tensors)",
                          name);
     if (format == EXPORT_LLAMA2C) {
         if (c->family != FAMILY_LLAMA)
-            return dt_errorf("family %s cannot be exported to llama2c (llama2.c runs the llama family only)",
+            return dt_errorf("family %s cannot be exported to llama2c (llama2.c runs the dense llama family only)",
                              model_family_name(c->family));
         if (c->rope_theta != 10000.0)
             return dt_errorf("rope_theta = %g cannot be exported to llama2c (run.c fixes theta at 10000)",
@@ -39,7 +36,7 @@ dt_status interop_check_exportable(const model_config *c, interop_format format)
             return dt_errorf("norm_eps = %g cannot be exported to llama2c (run.c fixes the RMSNorm eps at 1e-5)",
                              c->norm_eps);
     }
-    if (c->family == FAMILY_LLAMA && model_head_dim(c) % 2)
+    if (c->family != FAMILY_NANOGPT && model_head_dim(c) % 2)
         return dt_errorf("head width %lld is odd: RoPE pairs need an even width", (long long)model_head_dim(c));
     return DT_OK;
 }

@@ -7,7 +7,8 @@
  *   padding to the alignment, then the data block.
  * Names are name_map.c's GGUF tables. The tokenizer, when given, is a
  * byte-level BPE ("gpt2" model): tokens and merges are written through
- * GPT-2's byte-to-unicode table, as llama.cpp's BPE vocabulary expects. */
+ * GPT-2's byte-to-unicode table, as llama.cpp's BPE vocabulary expects;
+ * without one the model is "no_vocab" (llama.cpp runs it on token ids). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,14 +117,14 @@ dt_status interop_export_gguf(const model *m, const data_tokenizer *tok, const c
                          (long long)c->vocab_size);
     interop_tensors list = {0};
     if (interop_map_export(m, interop_map_for(MAP_GGUF, c->family), &list) != DT_OK) return DT_ERR;
-    const int llama = c->family == FAMILY_LLAMA;
+    const int llama = c->family != FAMILY_NANOGPT, moe = c->family == FAMILY_MOE; /* moe: llama with experts */
     const char *arch = llama ? "llama" : "gpt2";
     interop_writer w;
     if (interop_writer_open(&w, out_path) != DT_OK) {
         interop_tensors_free(&list);
         return DT_ERR;
     }
-    const uint64_t n_kv = (llama ? 14 : 11) + (tok ? 5 : 0);
+    const uint64_t n_kv = (llama ? 14 : 11) + (moe ? 2 : 0) + (tok ? 5 : 1);
     interop_write(&w, "GGUF", 4);
     interop_write_u32(&w, 3);
     interop_write_u64(&w, (uint64_t)list.count);
@@ -145,12 +146,21 @@ dt_status interop_export_gguf(const model *m, const data_tokenizer *tok, const c
         kv_f32(&w, ARCH_KEY("rope.freq_base"), (float)c->rope_theta);
         kv_f32(&w, ARCH_KEY("attention.layer_norm_rms_epsilon"), (float)c->norm_eps);
         kv_u32(&w, ARCH_KEY("vocab_size"), (uint32_t)c->vocab_size);
+        if (moe) {
+            kv_u32(&w, ARCH_KEY("expert_count"), (uint32_t)c->n_expert);
+            kv_u32(&w, ARCH_KEY("expert_used_count"), (uint32_t)c->top_k);
+        }
     } else {
         kv_f32(&w, ARCH_KEY("attention.layer_norm_epsilon"), (float)c->norm_eps);
         kv_u32(&w, ARCH_KEY("vocab_size"), (uint32_t)c->vocab_size);
     }
 #undef ARCH_KEY
-    dt_status status = tok ? write_tokenizer(&w, tok, c->vocab_size) : DT_OK;
+    /* llama.cpp requires tokenizer.ggml.model; "no_vocab" loads a model that runs on token ids. */
+    dt_status status = DT_OK;
+    if (tok)
+        status = write_tokenizer(&w, tok, c->vocab_size);
+    else
+        kv_string(&w, "tokenizer.ggml.model", "no_vocab");
 
     uint64_t offset = 0;
     for (int i = 0; i < list.count; i++) {

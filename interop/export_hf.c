@@ -1,6 +1,6 @@
-/* HuggingFace export: model.safetensors with the GPT2LMHeadModel or
- * LlamaForCausalLM names (name_map.c), and the config.json transformers
- * builds that class from. */
+/* HuggingFace export: model.safetensors with the GPT2LMHeadModel,
+ * LlamaForCausalLM or MixtralForCausalLM names (name_map.c), and the
+ * config.json transformers builds that class from. */
 #include <stdio.h>
 #include <string.h>
 
@@ -31,7 +31,15 @@ static dt_status write_config_json(const model *m, const char *path) {
         interop_buffer_printf(&b, "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n");
         interop_buffer_printf(&b, "  \"scale_attn_weights\": true,\n");
     } else {
-        interop_buffer_printf(&b, "  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n");
+        const int moe = c->family == FAMILY_MOE;
+        interop_buffer_printf(&b, "  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n",
+                              moe ? "MixtralForCausalLM" : "LlamaForCausalLM", moe ? "mixtral" : "llama");
+        if (moe) {
+            interop_buffer_printf(&b, "  \"num_local_experts\": %lld,\n  \"num_experts_per_tok\": %lld,\n",
+                                  (long long)c->n_expert, (long long)c->top_k);
+            put_real(&b, c, "router_aux_loss_coef", "aux_loss_coef");
+            interop_buffer_printf(&b, "  \"sliding_window\": null,\n");
+        }
         interop_buffer_printf(&b, "  \"vocab_size\": %lld,\n  \"max_position_embeddings\": %lld,\n", V, T);
         interop_buffer_printf(&b, "  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n", C, (long long)c->d_ff);
         interop_buffer_printf(&b, "  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n", L, H);

@@ -59,6 +59,13 @@ dt_status interop_add(interop_tensors *list, const char *name, const dt_tensor *
     return DT_OK;
 }
 
+dt_status interop_add_view(interop_tensors *list, const char *name, float *data, int ndim, const int64_t *shape) {
+    interop_tensor *out = push(list, name, ndim, shape);
+    if (!out) return DT_ERR;
+    out->data = data;
+    return DT_OK;
+}
+
 dt_status interop_add_transposed(interop_tensors *list, const char *name, const dt_tensor *t) {
     if (t->ndim != 2) return dt_errorf("cannot transpose '%s': not a matrix", name);
     const int64_t rows = t->shape[0], cols = t->shape[1];

@@ -30,6 +30,8 @@ void interop_tensors_free(interop_tensors *list);
 
 /* The model's tensor as it is (shape and data borrowed). */
 dt_status interop_add(interop_tensors *list, const char *name, const dt_tensor *t);
+/* Borrowed data of the given shape (one expert's slice of [E, rows, cols]). */
+dt_status interop_add_view(interop_tensors *list, const char *name, float *data, int ndim, const int64_t *shape);
 /* A 2-D [rows, cols] tensor written as [cols, rows] (GPT-2's Conv1D stores [in, out]). */
 dt_status interop_add_transposed(interop_tensors *list, const char *name, const dt_tensor *t);
 /* Rows of a q or k weight [heads*hd, C] reordered per head from SPEC's

@@ -1,5 +1,5 @@
 /* Importing HuggingFace models (model.safetensors + config.json of a
- * GPT2LMHeadModel or LlamaForCausalLM, fp32) into a dbranch model, through
+ * GPT2LMHeadModel, LlamaForCausalLM or MixtralForCausalLM, fp32) into a dbranch model, through
  * the same name tables as export (name_map.c), so export -> import is the
  * identity. A branch.safetensors beside (written by dbranch export) restores
  * the Decode-Branch tensors and the full dbranch config. Strict: a config key

@@ -71,12 +71,14 @@ static dt_status config_from_json(const config_reader *r, model_config *c) {
     const char *model_type = type && type->type == JSON_STRING ? type->string : NULL;
     int gpt2 = (name && !strcmp(name, "GPT2LMHeadModel")) || (!name && model_type && !strcmp(model_type, "gpt2"));
     int llama = (name && !strcmp(name, "LlamaForCausalLM")) || (!name && model_type && !strcmp(model_type, "llama"));
-    if (!gpt2 && !llama)
-        return dt_errorf("%s: architectures = %s is neither GPT2LMHeadModel nor LlamaForCausalLM", r->path,
+    int moe = (name && !strcmp(name, "MixtralForCausalLM")) || (!name && model_type && !strcmp(model_type, "mixtral"));
+    if (!gpt2 && !llama && !moe)
+        return dt_errorf("%s: architectures = %s is not GPT2LMHeadModel, LlamaForCausalLM or MixtralForCausalLM",
+                         r->path,
                          name         ? name
                          : model_type ? model_type
                                       : "(absent)");
-    *c = model_config_default(gpt2 ? FAMILY_NANOGPT : FAMILY_LLAMA);
+    *c = model_config_default(gpt2 ? FAMILY_NANOGPT : llama ? FAMILY_LLAMA : FAMILY_MOE);
     if (gpt2) {
         static const char *const gelu[] = {"gelu_new", "gelu_pytorch_tanh"};
         if (expect_word(r, "activation_function", gelu, 2) != DT_OK ||
@@ -97,6 +99,9 @@ static dt_status config_from_json(const config_reader *r, model_config *c) {
         if (expect_word(r, "hidden_act", silu, 1) != DT_OK ||
             expect_false(r, "attention_bias", "the llama family has no attention biases") != DT_OK ||
             expect_false(r, "mlp_bias", "the llama family has no MLP biases") != DT_OK ||
+            (moe && (set_from(r, c, "n_expert", "num_local_experts", 1, NULL) != DT_OK ||
+                     set_from(r, c, "top_k", "num_experts_per_tok", 1, NULL) != DT_OK ||
+                     set_from(r, c, "aux_loss_coef", "router_aux_loss_coef", 0, NULL) != DT_OK)) ||
             set_from(r, c, "vocab_size", "vocab_size", 1, NULL) != DT_OK ||
             set_from(r, c, "block_size", "max_position_embeddings", 1, NULL) != DT_OK ||
             set_from(r, c, "d_model", "hidden_size", 1, NULL) != DT_OK ||
@@ -108,6 +113,8 @@ static dt_status config_from_json(const config_reader *r, model_config *c) {
             set_from(r, c, "rope_theta", "rope_theta", 0, "10000") != DT_OK ||
             set_from(r, c, "tie_embeddings", "tie_word_embeddings", 0, "0") != DT_OK)
             return DT_ERR;
+        if (moe && key_value(r, "sliding_window", 0))
+            return dt_errorf("%s: key 'sliding_window' is set (dbranch's attention is full causal)", r->path);
         if (key_value(r, "rope_scaling", 0))
             return dt_errorf("%s: key 'rope_scaling' is set (dbranch's RoPE has no scaling)", r->path);
         const json_value *hd = key_value(r, "head_dim", 0);

@@ -16,6 +16,7 @@ typedef enum {
     MAP_ROPE_K,    /* the same per kv head */
     MAP_QKV,       /* wq, wk, wv (or their biases) stacked: the '*' of `ours` is q, k, v */
     MAP_QKV_T,     /* stacked, then transposed (GPT-2 c_attn.weight) */
+    MAP_EXPERTS,   /* our [E, rows, cols] as E tensors [rows, cols]; `theirs` has a second "%d", the expert */
 } interop_map_kind;
 
 typedef struct interop_map_entry {
@@ -28,13 +29,15 @@ typedef struct interop_map {
     const char *format; /* for messages: "HF GPT2LMHeadModel", ... */
     const interop_map_entry *globals;
     int n_globals;
-    const interop_map_entry *per_layer;
-    int n_per_layer;
+    const interop_map_entry *layer; /* per layer; "%d" is the layer */
+    int n_layer;
+    const interop_map_entry *layer_ffn; /* the FFN half when it is its own table (llama and moe share the rest) */
+    int n_layer_ffn;
 } interop_map;
 
 typedef enum { MAP_HF = 0, MAP_GGUF = 1 } interop_map_format;
 
-/* The table for a format and family; NULL when the format has none (moe). */
+/* The table for a format and family (moe: HF MixtralForCausalLM, GGUF llama with experts). */
 const interop_map *interop_map_for(interop_map_format format, model_family family);
 
 /* Export: the model's primary path as the format's tensors. Entries whose

@@ -95,7 +95,6 @@ Test(cli_interop, unexpressible_configs_are_one_line_errors) {
         const char *file, *format, *key, *value, *needle;
     } cases[] = {
         {"moe.h5", "llama2c", NULL, NULL, "family moe"},
-        {"moe.h5", "hf", NULL, NULL, "family moe"},
         {"gpt.h5", "llama2c", NULL, NULL, "family nanogpt"},
         {"share.h5", "gguf", NULL, NULL, "share = off"},
     };

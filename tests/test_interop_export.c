@@ -584,6 +584,7 @@ Test(export, gguf_gpt2_keys_and_tensors) {
     cr_assert_str_eq(gguf_value(&g, "general.architecture"), "gpt2");
     cr_assert_str_eq(gguf_value(&g, "gpt2.feed_forward_length"), "64");
     cr_assert_str_eq(gguf_value(&g, "gpt2.attention.layer_norm_epsilon"), "1e-05");
+    cr_assert_str_eq(gguf_value(&g, "tokenizer.ggml.model"), "no_vocab", "llama.cpp requires the key");
     cr_assert_eq(g.n_tensors, 5 + 12 * 2);
     gguf_assert_param(&g, "token_embd.weight", 0, m.tok_emb);
     gguf_assert_param(&g, "position_embd.weight", 0, m.pos_emb);
@@ -617,9 +618,8 @@ Test(export, configs_a_format_cannot_express_are_refused_with_the_reason) {
         interop_format format;
         const char *needle;
     } cases[] = {
-        {FAMILY_MOE, "", EXPORT_HF, "family moe"},
         {FAMILY_MOE, "", EXPORT_LLAMA2C, "family moe"},
-        {FAMILY_MOE, "", EXPORT_GGUF, "family moe"},
+        {FAMILY_MOE, "branch=decode share=off", EXPORT_HF, "share = off"},
         {FAMILY_LLAMA, "branch=decode share=off", EXPORT_HF, "share = off"},
         {FAMILY_NANOGPT, "branch=decode share=off", EXPORT_GGUF, "share = off"},
         {FAMILY_NANOGPT, "", EXPORT_LLAMA2C, "family nanogpt"},
@@ -639,4 +639,71 @@ Test(export, configs_a_format_cannot_express_are_refused_with_the_reason) {
         cr_assert_neq(stat(out, &st), 0, "case %zu: nothing written", i);
         model_free(&m);
     }
+}
+
+/* ------------------------------------------------------------------ moe */
+
+Test(export, hf_mixtral_splits_experts_and_names_the_router) {
+    model m;
+    interop_make_model(&m, FAMILY_MOE, "", 11);
+    cr_assert_eq(interop_export_hf(&m, tmp_path("mixtral")), DT_OK, "%s", dt_error_message());
+    st_file f;
+    st_open(&f, tmp_path("mixtral/model.safetensors"));
+    assert_header_rules(&f);
+    cr_assert_eq(st_count(&f), 3 + (7 + 3 * 3) * 2, "embed, norm, head; per layer 7 + 3 tensors per expert");
+    const int64_t hd = 4;
+    for (int l = 0; l < 2; l++) {
+        const model_block_weights *w = &m.layers[l].primary;
+        assert_same(&f, "model.layers.%d.block_sparse_moe.gate.weight", l, w->router);
+        char name[128];
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.q_proj.weight", l);
+        assert_tensor(&f, name, dt_f32(w->wq), w->wq->size, 2, w->wq->shape, half_split_index, &hd);
+        for (int e = 0; e < 3; e++) {
+            const dt_tensor *parts[3] = {w->w1, w->w3, w->w2};
+            const char *names[3] = {"w1", "w3", "w2"};
+            for (int p = 0; p < 3; p++) {
+                const dt_tensor *t = parts[p];
+                const int64_t per = t->size / 3;
+                snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e, names[p]);
+                assert_tensor(&f, name, dt_f32(t) + e * per, per, 2, t->shape + 1, same_index, NULL);
+            }
+        }
+    }
+    st_close(&f);
+    size_t n;
+    char *config = (char *)interop_read_all(tmp_path("mixtral/config.json"), &n);
+    cr_assert(strstr(config, "\"MixtralForCausalLM\"") && strstr(config, "\"num_local_experts\": 3,") &&
+                  strstr(config, "\"num_experts_per_tok\": 2,") && strstr(config, "\"router_aux_loss_coef\": 0.01,"),
+              "%s", config);
+    free(config);
+    model_free(&m);
+}
+
+Test(export, gguf_moe_is_llama_with_experts) {
+    model m;
+    interop_make_model(&m, FAMILY_MOE, "branch=decode", 12);
+    cr_assert_eq(interop_export_gguf(&m, NULL, tmp_path("moe.gguf")), DT_OK, "%s", dt_error_message());
+    gguf_view g;
+    gguf_read(tmp_path("moe.gguf"), &g);
+    cr_assert_str_eq(gguf_value(&g, "general.architecture"), "llama");
+    cr_assert_str_eq(gguf_value(&g, "llama.expert_count"), "3");
+    cr_assert_str_eq(gguf_value(&g, "llama.expert_used_count"), "2");
+    cr_assert_str_eq(gguf_value(&g, "llama.feed_forward_length"), "24", "the expert width");
+    cr_assert_eq(g.n_tensors, 3 + 10 * 2);
+    for (int l = 0; l < 2; l++) {
+        const model_block_weights *w = &m.layers[l].primary;
+        gguf_assert_param(&g, "blk.%d.ffn_gate_inp.weight", l, w->router);
+        gguf_assert_param(&g, "blk.%d.ffn_gate_exps.weight", l, w->w1); /* ne {C, F, E} */
+        gguf_assert_param(&g, "blk.%d.ffn_up_exps.weight", l, w->w3);
+        gguf_assert_param(&g, "blk.%d.ffn_down_exps.weight", l, w->w2); /* ne {F, C, E} */
+        gguf_assert_param(&g, "blk.%d.attn_q.weight", l, w->wq);
+    }
+    free(g.bytes);
+    st_file f;
+    st_open(&f, tmp_path("moe.branch.safetensors"));
+    cr_assert_eq(st_count(&f), 1 + 2 * 2,
+                 "branch.tok_emb, couple_q and couple_out per layer (no couple_hidden in moe)");
+    cr_assert(strstr(f.header, "\"dbranch.family\":\"moe\""));
+    st_close(&f);
+    model_free(&m);
 }

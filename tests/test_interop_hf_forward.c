@@ -2,7 +2,8 @@
  * forward pass written here from HF's model definitions (GPT2LMHeadModel:
  * Conv1D x @ W with W [in, out], fused c_attn, gelu_new; LlamaForCausalLM:
  * rotate_half RoPE with inv_freq = theta^(-2i/hd), GQA by repeating kv heads,
- * RMSNorm, SwiGLU with gate/up/down), in double precision, reading only
+ * RMSNorm, SwiGLU with gate/up/down; MixtralForCausalLM: the llama attention
+ * and a top-k renormalised softmax router over SwiGLU experts), in double precision, reading only
  * model.safetensors (the test reader) and config.json. Its logits must
  * match dbranch's within SPEC's logits tolerance (1e-4 x the largest
  * magnitude), which fails if any name, transpose, permutation or config key
@@ -120,6 +121,44 @@ static void attend(double *y, const double *q, double k[][MAX_C], double v[][MAX
     }
 }
 
+/* MixtralSparseMoeBlock: softmax over all router logits, the top-K
+ * probabilities renormalised to sum 1, each expert w2(silu(w1 x) * (w3 x)). */
+static void mixtral_moe(double *y, const st_file *f, int l, const double *x, int C, int F, int E, int K) {
+    double r[16], p[16], total = 0, largest = -INFINITY;
+    cr_assert(E <= 16);
+    linear(r, weight(f, "model.layers.%d.block_sparse_moe.gate.weight", l, (int64_t)E * C), NULL, x, E, C);
+    for (int e = 0; e < E; e++)
+        largest = fmax(largest, r[e]);
+    for (int e = 0; e < E; e++)
+        total += p[e] = exp(r[e] - largest);
+    int chosen[16], used[16] = {0};
+    double kept = 0;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!used[e] && (best < 0 || p[e] > p[best])) best = e;
+        used[best] = 1, chosen[k] = best, kept += p[best] / total;
+    }
+    for (int i = 0; i < C; i++)
+        y[i] = 0;
+    for (int k = 0; k < K; k++) {
+        char name[3][128];
+        const char *which[3] = {"w1", "w3", "w2"};
+        for (int w = 0; w < 3; w++)
+            snprintf(name[w], sizeof name[w], "model.layers.%%d.block_sparse_moe.experts.%d.%s.weight", chosen[k],
+                     which[w]);
+        double a[MAX_F], b[MAX_F], o[MAX_C];
+        linear(a, weight(f, name[0], l, (int64_t)F * C), NULL, x, F, C);
+        linear(b, weight(f, name[1], l, (int64_t)F * C), NULL, x, F, C);
+        for (int i = 0; i < F; i++)
+            a[i] = a[i] / (1 + exp(-a[i])) * b[i];
+        linear(o, weight(f, name[2], l, (int64_t)C * F), NULL, a, C, F);
+        const double gate = p[chosen[k]] / total / kept;
+        for (int i = 0; i < C; i++)
+            y[i] += gate * o[i];
+    }
+}
+
 /* Logits [T][V] of tokens under HF's LlamaForCausalLM or GPT2LMHeadModel, from the exported directory. */
 static void hf_forward(const char *dir, const int32_t *tokens, double logits[][MAX_V]) {
     char path[600];
@@ -127,6 +166,9 @@ static void hf_forward(const char *dir, const int32_t *tokens, double logits[][M
     size_t n;
     char *json = (char *)interop_read_all(path, &n);
     const int gpt2 = strstr(json, "\"GPT2LMHeadModel\"") != NULL;
+    const int mixtral = strstr(json, "\"MixtralForCausalLM\"") != NULL;
+    const int E = mixtral ? (int)config_number(json, "num_local_experts") : 0;
+    const int K = mixtral ? (int)config_number(json, "num_experts_per_tok") : 0;
     const int V = (int)config_number(json, "vocab_size");
     const int C = (int)config_number(json, gpt2 ? "n_embd" : "hidden_size");
     const int L = (int)config_number(json, gpt2 ? "n_layer" : "num_hidden_layers");
@@ -197,11 +239,15 @@ static void hf_forward(const char *dir, const int32_t *tokens, double logits[][M
                 for (int i = 0; i < C; i++)
                     r[i] += o[i];
                 rms_norm(x, r, weight(&f, "model.layers.%d.post_attention_layernorm.weight", l, C), C, eps);
-                linear(a, weight(&f, "model.layers.%d.mlp.gate_proj.weight", l, (int64_t)F * C), NULL, x, F, C);
-                linear(b, weight(&f, "model.layers.%d.mlp.up_proj.weight", l, (int64_t)F * C), NULL, x, F, C);
-                for (int i = 0; i < F; i++)
-                    a[i] = a[i] / (1 + exp(-a[i])) * b[i];
-                linear(o, weight(&f, "model.layers.%d.mlp.down_proj.weight", l, (int64_t)C * F), NULL, a, C, F);
+                if (mixtral)
+                    mixtral_moe(o, &f, l, x, C, F, E, K);
+                else {
+                    linear(a, weight(&f, "model.layers.%d.mlp.gate_proj.weight", l, (int64_t)F * C), NULL, x, F, C);
+                    linear(b, weight(&f, "model.layers.%d.mlp.up_proj.weight", l, (int64_t)F * C), NULL, x, F, C);
+                    for (int i = 0; i < F; i++)
+                        a[i] = a[i] / (1 + exp(-a[i])) * b[i];
+                    linear(o, weight(&f, "model.layers.%d.mlp.down_proj.weight", l, (int64_t)C * F), NULL, a, C, F);
+                }
             }
             for (int i = 0; i < C; i++)
                 r[i] += o[i];
@@ -257,4 +303,9 @@ Test(hf_forward, llama_logits_match_an_independent_hf_forward) {
     assert_hf_logits(FAMILY_LLAMA, "", 43);
     assert_hf_logits(FAMILY_LLAMA, "tie_embeddings=1 n_kv_head=1 rope_theta=100 norm_eps=1e-4", 44);
     assert_hf_logits(FAMILY_LLAMA, "branch=decode", 45); /* the primary path of a branch model */
+}
+
+Test(hf_forward, mixtral_logits_match_an_independent_hf_forward) {
+    assert_hf_logits(FAMILY_MOE, "", 46);
+    assert_hf_logits(FAMILY_MOE, "n_expert=4 top_k=1 n_kv_head=1", 47);
 }

@@ -59,6 +59,8 @@ Test(import, hf_round_trip_is_exact) {
         {FAMILY_LLAMA, "branch=decode mix_alpha_min=0.3 alpha_detach=1"},
         {FAMILY_NANOGPT, "branch=decode couple=off"},
         {FAMILY_LLAMA, "branch=decode branch_emb=shared detach_primary=1"},
+        {FAMILY_MOE, "aux_loss_coef=0.05"},
+        {FAMILY_MOE, "branch=decode top_k_branch=1 branch_routing=own tie_embeddings=1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model a, b;
