@@ -2,6 +2,7 @@
  * (the binary in env DBRANCH_BINARY): help, a CLI round trip, and the refused
  * inputs, each one line naming the file and the reason, tensor or field, with
  * a non-zero exit. */
+#define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,8 @@ Test(cli_interop, help_exits_zero) {
 }
 
 Test(cli_interop, export_import_round_trip_and_every_format_writes) {
-    const char *model_path = saved_model("llama.h5", FAMILY_LLAMA, "branch", "decode");
+    char model_path[512]; /* tmp_path's buffers rotate */
+    snprintf(model_path, sizeof model_path, "%s", saved_model("llama.h5", FAMILY_LLAMA, "branch", "decode"));
     char args[2048], *err = NULL;
     snprintf(args, sizeof args, "export --format hf --model %s --out %s", model_path, tmp_path("hf"));
     cr_assert_eq(run(args, &err), 0, "%s", err);
@@ -234,4 +236,42 @@ Test(cli_interop, bad_token_files_are_one_line_errors_naming_the_field) {
         if (i < 3) cr_assert(strstr(err, cases[i].file), "names the file: %s", err);
         free(err);
     }
+}
+
+Test(cli_interop, tokens_option_exports_the_dataset_tokenizer) {
+    const char *corpus = tmp_path("corpus.txt");
+    FILE *f = fopen(corpus, "w");
+    cr_assert(f);
+    for (int i = 0; i < 200; i++)
+        fprintf(f, "the cat sat on the mat, line %d of the corpus.\n", i);
+    fclose(f);
+    char args[2048], *err = NULL;
+    snprintf(args, sizeof args, "prepare --input %s --tokenizer bpe --vocab 300 --out %s", corpus, tmp_path("bpe.h5"));
+    cr_assert_eq(run(args, &err), 0, "%s", err);
+    free(err);
+    char model_path[512], small[512]; /* tmp_path's buffers rotate */
+    snprintf(model_path, sizeof model_path, "%s", saved_model("v300.h5", FAMILY_LLAMA, "vocab_size", "300"));
+    snprintf(args, sizeof args, "export --format llama2c --model %s --tokens %s --out %s", model_path,
+             tmp_path("bpe.h5"), tmp_path("l2c"));
+    cr_assert_eq(run(args, &err), 0, "%s", err);
+    free(err);
+    char *tokenizer = test_slurp(tmp_path("l2c/tokenizer.bin"));
+    cr_assert(memmem(tokenizer, 64, "\x01\x00\x00\x00", 4), "tokenizer.bin starts with byte tokens of length 1");
+    free(tokenizer);
+    snprintf(args, sizeof args, "export --format gguf --model %s --tokens %s --out %s", model_path, tmp_path("bpe.h5"),
+             tmp_path("t.gguf"));
+    cr_assert_eq(run(args, &err), 0, "%s", err);
+    free(err);
+    snprintf(args, sizeof args, "export --format hf --model %s --tokens %s --out %s", model_path, tmp_path("bpe.h5"),
+             tmp_path("hf"));
+    cr_assert_neq(run(args, &err), 0);
+    test_assert_one_line_error(err, "dbranch export: ", "--tokens");
+    free(err);
+    /* A tokenizer larger than the model's vocabulary is refused. */
+    snprintf(small, sizeof small, "%s", saved_model("v40.h5", FAMILY_LLAMA, NULL, NULL));
+    snprintf(args, sizeof args, "export --format gguf --model %s --tokens %s --out %s", small, tmp_path("bpe.h5"),
+             tmp_path("small.gguf"));
+    cr_assert_neq(run(args, &err), 0);
+    test_assert_one_line_error(err, "dbranch export: ", "the tokenizer has 300 tokens, the model only 40");
+    free(err);
 }
