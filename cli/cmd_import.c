@@ -9,16 +9,17 @@
 #include "models/model_io.h"
 
 static void print_help(void) {
-    printf("usage: dbranch import --format hf --in DIR --out MODEL.h5\n"
-           "\n"
-           "Reads DIR/config.json and DIR/model.safetensors (F32) of a GPT2LMHeadModel (-> family nanogpt),\n"
-           "LlamaForCausalLM (-> llama) or MixtralForCausalLM (-> moe) and writes a dbranch model file\n"
-           "(/config + /params).\n"
-           "DIR/branch.safetensors, as dbranch export writes it for a Decode-Branch model, restores the\n"
-           "branch tensors and the full dbranch config, so export followed by import gives the model back.\n"
-           "A missing, extra or mis-shaped tensor, a truncated file or a config key dbranch cannot honour\n"
-           "(rope_scaling, attention biases on llama, ...) is an error naming the file and the tensor or key.\n"
-           "docs/INTEROP.md has the name maps.\n");
+    printf(
+        "usage: dbranch import --format hf --in DIR --out MODEL.h5\n"
+        "\n"
+        "Reads DIR/config.json and DIR/model.safetensors (F32, F16 or BF16) of a GPT2LMHeadModel (-> family nanogpt),\n"
+        "LlamaForCausalLM (-> llama) or MixtralForCausalLM (-> moe) and writes a dbranch model file\n"
+        "(/config + /params).\n"
+        "DIR/branch.safetensors, as dbranch export writes it for a Decode-Branch model, restores the\n"
+        "branch tensors and the full dbranch config, so export followed by import gives the model back.\n"
+        "A missing, extra or mis-shaped tensor, a truncated file or a config key dbranch cannot honour\n"
+        "(rope_scaling, attention biases on llama, ...) is an error naming the file and the tensor or key.\n"
+        "docs/INTEROP.md has the name maps.\n");
 }
 
 int cmd_import(int argc, char **argv) {

@@ -149,11 +149,14 @@ typedef struct {
 
 static const interop_tensor *fetch(void *context, const char *name) {
     tensor_source *s = context;
-    for (int i = 0; i < s->file.tensors.count; i++)
-        if (!strcmp(s->file.tensors.items[i].name, name)) {
-            s->used[i] = 1;
-            return &s->file.tensors.items[i];
-        }
+    /* transformers saves GPT-2 from its base model too, without the "transformer." prefix (the hub's gpt2 files). */
+    const char *bare = !strncmp(name, "transformer.", 12) ? name + 12 : NULL;
+    for (int pass = 0; pass < (bare ? 2 : 1); pass++)
+        for (int i = 0; i < s->file.tensors.count; i++)
+            if (!strcmp(s->file.tensors.items[i].name, pass ? bare : name)) {
+                s->used[i] = 1;
+                return &s->file.tensors.items[i];
+            }
     dt_errorf("%s: missing tensor '%s'", s->path, name);
     return NULL;
 }
@@ -236,6 +239,11 @@ dt_status interop_import_hf(model *m, const char *in_dir) {
     if (status != DT_OK) dt_error_context("%s", config_path);
     tensor_source weights = {0};
     int weights_open = 0;
+    char index_path[4300];
+    snprintf(index_path, sizeof index_path, "%s.index.json", weights_path);
+    if (status == DT_OK && stat(weights_path, &st) != 0 && stat(index_path, &st) == 0)
+        status = dt_errorf("%s: sharded checkpoints are not supported (merge the shards into one %s)", index_path,
+                           weights_path);
     if (status == DT_OK) status = open_source(&weights, weights_path), weights_open = status == DT_OK;
     if (status == DT_OK) status = interop_map_import(m, interop_map_for(MAP_HF, config.family), fetch, &weights);
     if (status != DT_OK && weights_open && strncmp(dt_error_message(), weights_path, strlen(weights_path)))

@@ -1,6 +1,7 @@
 /* Writing and reading safetensors files (see safetensors.h). */
 #include "interop/safetensors.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,16 +83,58 @@ const char *interop_safetensors_metadata(const interop_safetensors *file, const 
     return v && v->type == JSON_STRING ? v->string : NULL;
 }
 
+/* The dtypes a file may hold; import widens F16 and BF16 to float32 exactly. */
+typedef enum { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 } stored_dtype;
+static const char *const dtype_names[] = {"F32", "F16", "BF16"};
+static const uint64_t dtype_bytes[] = {4, 2, 2};
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static float f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+    float f;
+    if (exponent == 0) { /* zero or subnormal: mantissa * 2^-24 */
+        f = ldexpf((float)mantissa, -24);
+        return sign ? -f : f;
+    }
+    uint32_t bits = exponent == 0x1F ? sign | 0x7F800000u | (mantissa << 13) /* inf, nan */
+                                     : sign | ((exponent + 112) << 23) | (mantissa << 13);
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* n stored elements at src into dst as float32. */
+static void widen(const unsigned char *src, stored_dtype dtype, float *dst, int64_t n) {
+    if (dtype == DTYPE_F32) {
+        interop_read_f32s(src, dst, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, sizeof h);
+        dst[i] = dtype == DTYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+}
+
 /* One header entry into list (data not yet read): checks dtype, shape and offsets. */
 static dt_status read_entry(const char *path, const char *name, const json_value *v, uint64_t body,
-                            interop_tensors *list, uint64_t *begin) {
+                            interop_tensors *list, uint64_t *begin, stored_dtype *dtype_out) {
     const json_value *dtype = json_get(v, "dtype"), *shape = json_get(v, "shape"),
                      *offsets = json_get(v, "data_offsets");
     if (!dtype || dtype->type != JSON_STRING || !shape || shape->type != JSON_ARRAY || !offsets ||
         offsets->type != JSON_ARRAY || offsets->length != 2)
         return dt_errorf("%s: tensor '%s': header entry needs dtype, shape and data_offsets [begin, end]", path, name);
-    if (strcmp(dtype->string, "F32"))
-        return dt_errorf("%s: tensor '%s' has dtype %s (dbranch imports F32 only)", path, name, dtype->string);
+    int kind = -1;
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(dtype->string, dtype_names[k])) kind = k;
+    if (kind < 0)
+        return dt_errorf("%s: tensor '%s' has dtype %s (dbranch imports F32, F16 and BF16)", path, name, dtype->string);
+    const uint64_t width = dtype_bytes[kind];
     if (shape->length > DT_MAX_DIMS)
         return dt_errorf("%s: tensor '%s' has %zu dimensions (at most %d)", path, name, shape->length, DT_MAX_DIMS);
     int64_t dims[DT_MAX_DIMS];
@@ -108,9 +151,9 @@ static dt_status read_entry(const char *path, const char *name, const json_value
     if (b->type != JSON_NUMBER || !b->number_is_integer || e->type != JSON_NUMBER || !e->number_is_integer ||
         b->integer < 0 || e->integer < b->integer)
         return dt_errorf("%s: tensor '%s' has bad data_offsets", path, name);
-    if ((uint64_t)(e->integer - b->integer) != elements * sizeof(float))
+    if ((uint64_t)(e->integer - b->integer) != elements * width)
         return dt_errorf("%s: tensor '%s': data_offsets span %lld bytes, its shape needs %llu", path, name,
-                         (long long)(e->integer - b->integer), (unsigned long long)(elements * sizeof(float)));
+                         (long long)(e->integer - b->integer), (unsigned long long)(elements * width));
     if ((uint64_t)e->integer > body)
         return dt_errorf("%s: tensor '%s' ends at byte %lld of a %llu-byte body (the file is truncated)", path, name,
                          (long long)e->integer, (unsigned long long)body);
@@ -129,6 +172,7 @@ static dt_status read_entry(const char *path, const char *name, const json_value
     memcpy(t->shape, dims, sizeof dims);
     t->size = (int64_t)elements;
     *begin = (uint64_t)b->integer;
+    *dtype_out = (stored_dtype)kind;
     return DT_OK;
 }
 
@@ -153,12 +197,14 @@ dt_status interop_safetensors_read(const char *path, interop_safetensors *file) 
     }
     const uint64_t body_start = 8 + header_length, body = n - body_start;
     uint64_t *begins = NULL;
-    if (status == DT_OK && !(begins = calloc(file->header.length + 1, sizeof *begins)))
+    stored_dtype *dtypes = NULL;
+    if (status == DT_OK && (!(begins = calloc(file->header.length + 1, sizeof *begins)) ||
+                            !(dtypes = calloc(file->header.length + 1, sizeof *dtypes))))
         status = dt_errorf("%s: out of memory", path);
     for (size_t i = 0; i < file->header.length && status == DT_OK; i++) {
         if (!strcmp(file->header.keys[i], "__metadata__")) continue;
         status = read_entry(path, file->header.keys[i], &file->header.items[i], body, &file->tensors,
-                            &begins[file->tensors.count]);
+                            &begins[file->tensors.count], &dtypes[file->tensors.count]);
     }
     /* Tensors must tile the body: no overlap, no gaps, nothing after (the
      * format's own rule; a gap or an overlap is a damaged file). */
@@ -166,13 +212,13 @@ dt_status interop_safetensors_read(const char *path, interop_safetensors *file) 
     for (int i = 0; i < file->tensors.count && status == DT_OK; i++) {
         interop_tensor *t = &file->tensors.items[i];
         for (int j = 0; j < file->tensors.count && status == DT_OK; j++) {
-            uint64_t bi = begins[i], ei = bi + (uint64_t)t->size * 4, bj = begins[j];
-            uint64_t ej = bj + (uint64_t)file->tensors.items[j].size * 4;
+            uint64_t bi = begins[i], ei = bi + (uint64_t)t->size * dtype_bytes[dtypes[i]], bj = begins[j];
+            uint64_t ej = bj + (uint64_t)file->tensors.items[j].size * dtype_bytes[dtypes[j]];
             if (i != j && bi < ej && bj < ei && t->size && file->tensors.items[j].size)
                 status = dt_errorf("%s: tensors '%s' and '%s' overlap in the body", path, t->name,
                                    file->tensors.items[j].name);
         }
-        covered += (uint64_t)t->size * 4;
+        covered += (uint64_t)t->size * dtype_bytes[dtypes[i]];
     }
     if (status == DT_OK && covered != body)
         status = dt_errorf("%s: the body is %llu bytes, its tensors take %llu", path, (unsigned long long)body,
@@ -185,9 +231,10 @@ dt_status interop_safetensors_read(const char *path, interop_safetensors *file) 
             break;
         }
         t->owned = 1;
-        interop_read_f32s(bytes + body_start + begins[i], t->data, t->size);
+        widen(bytes + body_start + begins[i], dtypes[i], t->data, t->size);
     }
     free(begins);
+    free(dtypes);
     free(bytes);
     if (status != DT_OK) interop_safetensors_free(file);
     return status;

@@ -1,8 +1,9 @@
 /* safetensors files (HuggingFace): an 8-byte little-endian header length N,
  * N bytes of JSON (padded with spaces to a multiple of 8) mapping each tensor
  * name to {"dtype", "shape", "data_offsets": [begin, end]} relative to the
- * data block that follows, plus "__metadata__" (string to string). fp32
- * only: dbranch exports and imports F32. */
+ * data block that follows, plus "__metadata__" (string to string).
+ * dbranch writes F32; it reads F32, and F16 / BF16 widened exactly to F32
+ * (public LLaMA checkpoints are BF16). */
 #ifndef INTEROP_SAFETENSORS_H
 #define INTEROP_SAFETENSORS_H
 
@@ -22,7 +23,7 @@ typedef struct interop_safetensors {
 } interop_safetensors;
 
 /* Strict: a header length beyond the file, a header that is not JSON, a
- * dtype other than F32, offsets that do not match the shape, overlap or run
+ * dtype other than F32, F16 or BF16, offsets that do not match the shape, overlap or run
  * past the file, and a body of another size than the offsets say are errors
  * naming the file and the tensor. */
 dt_status interop_safetensors_read(const char *path, interop_safetensors *file);

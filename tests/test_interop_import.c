@@ -6,6 +6,7 @@
  * tensor, a config key dbranch cannot honour. */
 #define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,10 +168,10 @@ Test(import, unexpected_tensor_and_foreign_dtype_are_named) {
     char path[600];
     size_t n;
     unsigned char *bytes = read_weights(dir, &n, path, sizeof path);
-    edit_header(bytes, n, "\"dtype\":\"F32\"", "\"dtype\":\"F16\"");
+    edit_header(bytes, n, "\"dtype\":\"F32\"", "\"dtype\":\"F64\"");
     write_bytes(path, bytes, n);
-    assert_import_fails(dir, "model.safetensors", "dtype F16");
-    edit_header(bytes, n, "\"dtype\":\"F16\"", "\"dtype\":\"F32\"");
+    assert_import_fails(dir, "model.safetensors", "dtype F64");
+    edit_header(bytes, n, "\"dtype\":\"F64\"", "\"dtype\":\"F32\"");
     edit_header(bytes, n, "\"transformer.wte.weight\"", "\"transformer.wte.weighX\"");
     write_bytes(path, bytes, n);
     free(bytes);
@@ -234,4 +235,136 @@ Test(import, unexpected_tensor_is_named) {
     cr_assert_eq(interop_import_hf(&back, dir), DT_OK, "%s", dt_error_message());
     model_free(&back);
     model_free(&m);
+}
+
+/* The hub's gpt2 files name tensors without "transformer." and carry the
+ * causal-mask buffers h.{l}.attn.bias; both import. */
+Test(import, gpt2_without_the_transformer_prefix_and_with_mask_buffers) {
+    model m, back;
+    interop_make_model(&m, FAMILY_NANOGPT, "", 33);
+    const char *dir = tmp_path("bare");
+    cr_assert_eq(interop_export_hf(&m, dir), DT_OK, "%s", dt_error_message());
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    interop_safetensors file;
+    cr_assert_eq(interop_safetensors_read(path, &file), DT_OK, "%s", dt_error_message());
+    for (int i = 0; i < file.tensors.count; i++) {
+        char *name = file.tensors.items[i].name;
+        cr_assert_eq(strncmp(name, "transformer.", 12), 0, "%s", name);
+        memmove(name, name + 12, strlen(name + 12) + 1);
+    }
+    dt_tensor *mask = dt_tensor_new(DT_F32, DT_SHAPE(1, 1, 12, 12));
+    cr_assert_eq(interop_add(&file.tensors, "h.0.attn.bias", mask), DT_OK);
+    cr_assert_eq(interop_add(&file.tensors, "h.1.attn.bias", mask), DT_OK);
+    cr_assert_eq(interop_safetensors_write(path, &file.tensors, NULL, 0), DT_OK, "%s", dt_error_message());
+    interop_safetensors_free(&file);
+    dt_tensor_free(mask);
+    cr_assert_eq(interop_import_hf(&back, dir), DT_OK, "%s", dt_error_message());
+    assert_same_model(&m, &back);
+    model_free(&back);
+    model_free(&m);
+}
+
+/* A 16-bit float of an exactly representable value (the test's own encoders). */
+static uint16_t to_bf16(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    cr_assert_eq(bits & 0xFFFF, 0, "%g is not a bf16 value", x);
+    return (uint16_t)(bits >> 16);
+}
+
+static uint16_t to_f16(float x) {
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    float a = fabsf(x);
+    if (a == 0) return sign;
+    int e;
+    float fraction = frexpf(a, &e); /* a = fraction * 2^e, fraction in [0.5, 1) */
+    int exponent = e - 1 + 15;      /* biased, for a = 1.m * 2^(e-1) */
+    uint16_t out;
+    if (exponent <= 0) { /* subnormal: a = m * 2^-24 */
+        float m = ldexpf(a, 24);
+        cr_assert_eq(m, floorf(m), "%g is not an f16 subnormal", x);
+        out = (uint16_t)m;
+    } else {
+        float m = (fraction * 2 - 1) * 1024;
+        cr_assert(exponent < 31 && m == floorf(m), "%g is not an f16 value", x);
+        out = (uint16_t)(exponent << 10 | (int)m);
+    }
+    return sign | out;
+}
+
+/* Rewrites dir/model.safetensors with every tensor stored in dtype (16-bit). */
+static void write_16bit(const char *dir, int bf16) {
+    char path[600], entry[400];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    interop_safetensors file;
+    cr_assert_eq(interop_safetensors_read(path, &file), DT_OK, "%s", dt_error_message());
+    char *header = calloc(1, 1 << 16);
+    strcat(header, "{");
+    uint64_t offset = 0;
+    for (int i = 0; i < file.tensors.count; i++) {
+        const interop_tensor *t = &file.tensors.items[i];
+        char shape[64] = "";
+        for (int d = 0; d < t->ndim; d++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), d ? ",%lld" : "%lld", (long long)t->shape[d]);
+        snprintf(entry, sizeof entry, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%llu,%llu]}",
+                 i ? "," : "", t->name, bf16 ? "BF16" : "F16", shape, (unsigned long long)offset,
+                 (unsigned long long)(offset + 2 * (uint64_t)t->size));
+        strcat(header, entry);
+        offset += 2 * (uint64_t)t->size;
+    }
+    strcat(header, "}");
+    uint64_t length = strlen(header);
+    FILE *f = fopen(path, "wb");
+    fwrite(&length, 8, 1, f);
+    fwrite(header, 1, length, f);
+    for (int i = 0; i < file.tensors.count; i++)
+        for (int64_t j = 0; j < file.tensors.items[i].size; j++) {
+            uint16_t h = bf16 ? to_bf16(file.tensors.items[i].data[j]) : to_f16(file.tensors.items[i].data[j]);
+            fwrite(&h, 2, 1, f);
+        }
+    fclose(f);
+    free(header);
+    interop_safetensors_free(&file);
+}
+
+Test(import, bf16_and_f16_files_widen_exactly) {
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        model m, back;
+        interop_make_model(&m, FAMILY_LLAMA, "", 34 + bf16);
+        /* Values the 16-bit type holds exactly: bf16 keeps the top 16 bits of
+         * float32; f16 gets multiples of 2^-8 in (-2, 2), a subnormal and a negative zero. */
+        for (int i = 0; i < m.n_params; i++) {
+            float *w = dt_f32(m.params[i].tensor);
+            for (int64_t j = 0; j < m.params[i].tensor->size; j++) {
+                if (bf16) {
+                    uint32_t bits;
+                    memcpy(&bits, &w[j], 4);
+                    bits &= 0xFFFF0000u;
+                    memcpy(&w[j], &bits, 4);
+                } else {
+                    w[j] = (float)((j * 37 + i * 11) % 511 - 255) / 256.0f;
+                }
+            }
+        }
+        if (!bf16) dt_f32(m.tok_emb)[0] = ldexpf(3.0f, -20), dt_f32(m.tok_emb)[1] = -0.0f;
+        char name[32];
+        snprintf(name, sizeof name, "half%d", bf16);
+        const char *dir = tmp_path(name);
+        cr_assert_eq(interop_export_hf(&m, dir), DT_OK, "%s", dt_error_message());
+        write_16bit(dir, bf16);
+        cr_assert_eq(interop_import_hf(&back, dir), DT_OK, "%s", dt_error_message());
+        assert_same_model(&m, &back);
+        model_free(&back);
+        model_free(&m);
+    }
+}
+
+Test(import, sharded_checkpoint_is_named) {
+    const char *dir = exported_gpt2("sharded");
+    char from[600], to[600];
+    snprintf(from, sizeof from, "%s/model.safetensors", dir);
+    snprintf(to, sizeof to, "%s/model.safetensors.index.json", dir);
+    cr_assert_eq(rename(from, to), 0);
+    assert_import_fails(dir, "model.safetensors.index.json: sharded checkpoints are not supported", "");
 }
