@@ -98,10 +98,10 @@ dt_status interop_add_half_split(interop_tensors *list, const char *name, const 
     return DT_OK;
 }
 
-void interop_interleave_rows(float *rows, int64_t n_rows, int64_t cols, int64_t heads) {
+dt_status interop_interleave_rows(float *rows, int64_t n_rows, int64_t cols, int64_t heads) {
     const int64_t hd = n_rows / heads, half = hd / 2;
     float *head = malloc((size_t)(hd * cols) * sizeof *head);
-    if (!head) return; /* callers check the shape and allocate far more than this first */
+    if (!head) return dt_errorf("out of memory reordering RoPE rows");
     for (int64_t h = 0; h < heads; h++) {
         float *block = rows + h * hd * cols; /* [hd, cols], half-split order */
         memcpy(head, block, (size_t)(hd * cols) * sizeof *head);
@@ -110,6 +110,7 @@ void interop_interleave_rows(float *rows, int64_t n_rows, int64_t cols, int64_t 
                 memcpy(block + (2 * j + c) * cols, head + (c * half + j) * cols, (size_t)cols * sizeof(float));
     }
     free(head);
+    return DT_OK;
 }
 
 dt_status interop_add_concat(interop_tensors *list, const char *name, const dt_tensor *const *parts, int n_parts,

@@ -40,7 +40,7 @@ dt_status interop_add_transposed(interop_tensors *list, const char *name, const 
 dt_status interop_add_half_split(interop_tensors *list, const char *name, const dt_tensor *t, int64_t heads);
 /* The inverse reordering (half-split rows back to interleaved pairs), in place on
  * a [heads*hd, C] array; the importer's undo of interop_add_half_split. */
-void interop_interleave_rows(float *rows, int64_t n_rows, int64_t cols, int64_t heads);
+dt_status interop_interleave_rows(float *rows, int64_t n_rows, int64_t cols, int64_t heads);
 /* Tensors of equal trailing shape stacked along their first dimension
  * (GPT-2's c_attn is q, k, v one after the other), optionally then transposed. */
 dt_status interop_add_concat(interop_tensors *list, const char *name, const dt_tensor *const *parts, int n_parts,

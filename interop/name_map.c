@@ -276,9 +276,8 @@ static dt_status import_entry(model *m, const interop_map_entry *e, resolved_ent
     case MAP_ROPE_Q:
     case MAP_ROPE_K:
         memcpy(dst, src->data, (size_t)t->size * sizeof(float));
-        interop_interleave_rows(dst, t->shape[0], t->shape[1],
-                                e->kind == MAP_ROPE_Q ? m->config.n_head : m->config.n_kv_head);
-        break;
+        return interop_interleave_rows(dst, t->shape[0], t->shape[1],
+                                       e->kind == MAP_ROPE_Q ? m->config.n_head : m->config.n_kv_head);
     case MAP_TRANSPOSE: { /* src [cols, rows] */
         const int64_t rows = t->shape[0], cols = t->shape[1];
         for (int64_t c = 0; c < cols; c++)
