@@ -27,8 +27,8 @@ dt_status interop_export_llama2c(const model *m, const data_tokenizer *tok, cons
 dt_status interop_export_gguf(const model *m, const data_tokenizer *tok, const char *out_path);
 
 /* The branch side file (PARAM_BRANCH tensors under their SPEC names, every
- * config key as __metadata__ "dbranch.<key>"); nothing for a model without
- * a branch. Called by the exporters. */
+ * config key as __metadata__ "dbranch.<key>"). For a model without a branch
+ * it removes a side file an earlier export left there. Called by the exporters. */
 dt_status interop_write_branch_file(const model *m, const char *path);
 /* Where the side file of an export goes: out_dir/branch.safetensors for the
  * directory formats, the GGUF path with ".gguf" replaced (or suffixed). */

@@ -54,7 +54,12 @@ void interop_branch_path(interop_format format, const char *out, char *path, siz
 }
 
 dt_status interop_write_branch_file(const model *m, const char *path) {
-    if (m->config.branch != BRANCH_DECODE) return DT_OK;
+    if (m->config.branch != BRANCH_DECODE) {
+        /* A side file left by an earlier export of a branch model would make
+         * import rebuild that branch around these weights: remove it. */
+        if (remove(path) != 0 && errno != ENOENT) return dt_errorf("%s: cannot remove the stale side file", path);
+        return DT_OK;
+    }
     interop_tensors list = {0};
     dt_status status = DT_OK;
     for (int i = 0; i < m->n_params && status == DT_OK; i++)

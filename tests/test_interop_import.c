@@ -368,3 +368,19 @@ Test(import, sharded_checkpoint_is_named) {
     cr_assert_eq(rename(from, to), 0);
     assert_import_fails(dir, "model.safetensors.index.json: sharded checkpoints are not supported", "");
 }
+
+/* Exporting a plain model over the directory of a branch model's export
+ * removes the old branch.safetensors, so import does not graft that branch on. */
+Test(import, reexport_without_a_branch_removes_the_stale_side_file) {
+    model a, b, back;
+    interop_make_model(&a, FAMILY_LLAMA, "branch=decode", 36);
+    interop_make_model(&b, FAMILY_LLAMA, "", 37);
+    const char *dir = tmp_path("reexport");
+    cr_assert_eq(interop_export_hf(&a, dir), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(interop_export_hf(&b, dir), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(interop_import_hf(&back, dir), DT_OK, "%s", dt_error_message());
+    assert_same_model(&b, &back);
+    model_free(&a);
+    model_free(&b);
+    model_free(&back);
+}
