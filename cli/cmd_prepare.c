@@ -31,6 +31,11 @@ static void print_help(void) {
            "  --val-fraction F    fraction of the corpus held out for validation, in (0, 1) (default 0.05)\n"
            "  --out PATH          the token file to write (written as PATH.tmp, then renamed)\n"
            "\n"
+           "Token ids another trainer made: dbranch prepare --from llmc|nanogpt --train-file FILE...\n"
+           "  --val-file FILE... --vocab N --out DATA.h5 reads llm.c / modded-nanogpt shards (llmc: 256-int32\n"
+           "  header, magic 20240520 uint16 or 20240801 uint32 tokens) or nanoGPT's headerless uint16\n"
+           "  train.bin / val.bin (nanogpt); the dataset's tokenizer is 'external' (ids only).\n"
+           "\n"
            "Split: the raw corpus is cut into P = min(20, max(1, bytes / 64 KiB)) equal parts (at line\n"
            "starts); the last F of each part (from a line start) is validation, the rest training. Both are\n"
            "contiguous blocks of text spread over the whole corpus, never shuffled bytes. BPE merges are\n"
@@ -57,6 +62,8 @@ int cmd_prepare(int argc, char **argv) {
         print_help();
         return 0;
     }
+    for (int i = 0; i < argc; i++) /* token ids from another tool: cmd_prepare_tokens.c */
+        if (!strcmp(argv[i], "--from")) return cmd_prepare_tokens(argc, argv);
     const char *inputs[MAX_INPUTS];
     int n_inputs = 0;
     const char *preset = NULL, *tokenizer_kind = "byte", *out_path = NULL;

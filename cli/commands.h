@@ -21,6 +21,10 @@ int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_check_reference(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+/* prepare --from llmc|nanogpt (cli/cmd_prepare_tokens.c). */
+int cmd_prepare_tokens(int argc, char **argv);
 
 /* Shared helpers. */
 int cli_wants_help(int argc, char **argv);

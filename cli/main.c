@@ -12,13 +12,16 @@ static const cli_command commands[] = {
     {"generate", "sample text from a model", cmd_generate},
     {"bench", "benchmarks: kernels, decode, train", cmd_bench},
     {"info", "parameter counts, FLOPs and decode bytes of a model", cmd_info},
+    {"export", "write a model as HF safetensors, llama2.c model.bin or GGUF", cmd_export},
+    {"import", "read HF safetensors + config.json into a model file", cmd_import},
     {"check-reference", "compare a model against a reference file (SPEC §5)", cmd_check_reference},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch <command> [options]   (dbranch <command> --help for details)\n\ncommands:\n");
-    for (int i = 0; i < n_commands; i++) fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
+    for (int i = 0; i < n_commands; i++)
+        fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n  --version        print the version\n");
 }
 

@@ -263,6 +263,18 @@ out_of_memory:
 
 dt_status data_tokenizer_byte(data_tokenizer *tok) { return tokenizer_from_merges(tok, TOKENIZER_BYTE, NULL, 0); }
 
+dt_status data_tokenizer_external(data_tokenizer *tok, int64_t vocab_size) {
+    memset(tok, 0, sizeof *tok);
+    if (vocab_size < 1 || vocab_size > (1LL << 32))
+        return dt_errorf("external tokenizer: vocab_size %lld is outside [1, 2^32]", (long long)vocab_size);
+    tok->kind = TOKENIZER_EXTERNAL;
+    tok->vocab_size = vocab_size;
+    tok->token_length = calloc((size_t)vocab_size, sizeof *tok->token_length); /* every string empty */
+    if (!tok->token_length)
+        return dt_errorf("out of memory for an external tokenizer of %lld ids", (long long)vocab_size);
+    return DT_OK;
+}
+
 /* ---------------------------------------------------------- BPE training */
 
 /* Distinct pre-split chunks of the corpus with their counts. */
@@ -632,6 +644,8 @@ dt_status data_tokenizer_encode(const data_tokenizer *tok, const uint8_t *text, 
     *n_tokens = 0;
     if (!tok || !tok->token_length) return dt_errorf("encode: tokenizer is not initialised");
     if (n_bytes > 0 && !text) return dt_errorf("encode: text is NULL");
+    if (tok->kind == TOKENIZER_EXTERNAL)
+        return dt_errorf("encode: tokenizer 'external' holds no vocabulary to encode with");
     int32_t *out = malloc((n_bytes > 0 ? n_bytes : 1) * sizeof *out); /* a token covers at least one byte */
     if (!out) return dt_errorf("out of memory encoding %zu bytes", n_bytes);
     if (tok->kind == TOKENIZER_BYTE) {
@@ -713,6 +727,9 @@ dt_status data_tokenizer_decode(const data_tokenizer *tok, const int32_t *tokens
     *n_bytes = 0;
     if (!tok || !tok->token_length) return dt_errorf("decode: tokenizer is not initialised");
     if (n_tokens < 0 || (n_tokens > 0 && !tokens)) return dt_errorf("decode: bad token array");
+    if (tok->kind == TOKENIZER_EXTERNAL)
+        return dt_errorf(
+            "decode: the tokens came from another tool (tokenizer 'external'); decode them with its tokenizer");
     size_t total = 0;
     for (int64_t i = 0; i < n_tokens; i++) {
         if (tokens[i] < 0 || tokens[i] >= tok->vocab_size)
@@ -738,7 +755,8 @@ dt_status data_tokenizer_decode(const data_tokenizer *tok, const int32_t *tokens
 dt_status data_tokenizer_write_h5(const data_tokenizer *tok, hid_t file) {
     if (!tok || !tok->token_length) return dt_errorf("write tokenizer: tokenizer is not initialised");
     int is_bpe = tok->kind == TOKENIZER_BPE;
-    if (h5_write_attr_string(file, "tokenizer", is_bpe ? "bpe" : "byte") != DT_OK ||
+    const char *kind = is_bpe ? "bpe" : tok->kind == TOKENIZER_EXTERNAL ? "external" : "byte";
+    if (h5_write_attr_string(file, "tokenizer", kind) != DT_OK ||
         h5_write_attr_int(file, "vocab_size", tok->vocab_size) != DT_OK)
         return DT_ERR;
     if (!is_bpe) return DT_OK;
@@ -756,12 +774,15 @@ dt_status data_tokenizer_read_h5(data_tokenizer *tok, hid_t file, const char *pa
     if (h5_read_attr_string(file, "tokenizer", kind, sizeof kind) != DT_OK ||
         h5_read_attr_int(file, "vocab_size", &vocab_size) != DT_OK)
         return dt_error_context("%s", path);
+    if (strcmp(kind, "external") == 0)
+        return data_tokenizer_external(tok, vocab_size) == DT_OK ? DT_OK : dt_error_context("%s", path);
     if (strcmp(kind, "byte") == 0) {
         if (vocab_size != BYTE_VOCAB)
             return dt_errorf("%s: tokenizer 'byte' needs vocab_size 256, file says %lld", path, (long long)vocab_size);
         return data_tokenizer_byte(tok);
     }
-    if (strcmp(kind, "bpe") != 0) return dt_errorf("%s: unknown tokenizer '%s' (expected byte or bpe)", path, kind);
+    if (strcmp(kind, "bpe") != 0)
+        return dt_errorf("%s: unknown tokenizer '%s' (expected byte, bpe or external)", path, kind);
     if (vocab_size < BYTE_VOCAB || vocab_size > BPE_MAX_VOCAB)
         return dt_errorf("%s: vocab_size %lld is out of range [256, %lld]", path, (long long)vocab_size,
                          (long long)BPE_MAX_VOCAB);

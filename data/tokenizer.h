@@ -10,7 +10,10 @@
 
 #include "core/error.h"
 
-typedef enum { TOKENIZER_BYTE = 0, TOKENIZER_BPE = 1 } data_tokenizer_kind;
+/* TOKENIZER_EXTERNAL: token ids made by another tool (llm.c shards, nanoGPT
+ * .bin files, e.g. GPT-2's tiktoken ids): only vocab_size is known, every
+ * token's byte string is empty, and decode is an error rather than text. */
+typedef enum { TOKENIZER_BYTE = 0, TOKENIZER_BPE = 1, TOKENIZER_EXTERNAL = 2 } data_tokenizer_kind;
 
 typedef struct data_tokenizer {
     data_tokenizer_kind kind;
@@ -22,6 +25,8 @@ typedef struct data_tokenizer {
 } data_tokenizer;
 
 dt_status data_tokenizer_byte(data_tokenizer *tok);
+/* The tokenizer of ids from elsewhere: vocab_size in [1, 2^32]. */
+dt_status data_tokenizer_external(data_tokenizer *tok, int64_t vocab_size);
 /* Learns merges on text until vocab_size tokens; deterministic (ties: lowest pair ids). */
 dt_status data_tokenizer_train_bpe(data_tokenizer *tok, const uint8_t *text, size_t n_bytes, int64_t vocab_size);
 void data_tokenizer_free(data_tokenizer *tok);
