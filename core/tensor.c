@@ -7,7 +7,7 @@
 
 dt_status dt_tensor_init(dt_tensor *t, dt_dtype dtype, int ndim, const int64_t *shape, void *data) {
     if (ndim < 1 || ndim > DT_MAX_DIMS) return dt_errorf("tensor: %d dims (must be 1..%d)", ndim, DT_MAX_DIMS);
-    if (dtype != DT_F32 && dtype != DT_I32) return dt_errorf("tensor: unknown dtype %d", (int)dtype);
+    if (dtype != DT_F32 && dtype != DT_I32 && dtype != DT_BF16) return dt_errorf("tensor: unknown dtype %d", (int)dtype);
     memset(t, 0, sizeof *t);
     t->dtype = dtype;
     t->ndim = ndim;
@@ -22,7 +22,7 @@ dt_status dt_tensor_init(dt_tensor *t, dt_dtype dtype, int ndim, const int64_t *
 }
 
 dt_tensor *dt_tensor_new(dt_dtype dtype, int ndim, const int64_t *shape) {
-    dt_tensor header;
+    dt_tensor header = {0};
     if (dt_tensor_init(&header, dtype, ndim, shape, NULL) != DT_OK) return NULL;
     dt_tensor *t = malloc(sizeof *t);
     void *data = NULL;
@@ -60,7 +60,7 @@ void dt_tensor_free(dt_tensor *t) {
 }
 
 dt_tensor *dt_tensor_arena(dt_arena *arena, dt_dtype dtype, int ndim, const int64_t *shape) {
-    dt_tensor header;
+    dt_tensor header = {0};
     if (dt_tensor_init(&header, dtype, ndim, shape, NULL) != DT_OK) return NULL;
     dt_tensor *t = dt_arena_alloc(arena, sizeof *t);
     void *data = t ? dt_arena_alloc(arena, (size_t)header.size * dt_dtype_bytes(dtype)) : NULL;

@@ -14,7 +14,9 @@
 
 enum { DT_MAX_DIMS = 4 };
 
-typedef enum { DT_F32 = 0, DT_I32 = 1 } dt_dtype;
+/* Element types. DT_BF16 is a storage type for weights (bfloat16: the top 16
+ * bits of a float32); its arithmetic goes through kernels/type_traits.h. */
+typedef enum { DT_F32 = 0, DT_I32 = 1, DT_BF16 = 2 } dt_dtype;
 
 struct ag_node; /* defined by autograd/; core never looks inside */
 
@@ -34,7 +36,7 @@ static inline float *dt_f32(const dt_tensor *t) { return (float *)t->data; }
 static inline int32_t *dt_i32(const dt_tensor *t) { return (int32_t *)t->data; }
 static inline int64_t dt_cols(const dt_tensor *t) { return t->shape[t->ndim - 1]; }
 static inline int64_t dt_rows(const dt_tensor *t) { return t->size / t->shape[t->ndim - 1]; }
-static inline size_t dt_dtype_bytes(dt_dtype dtype) { return dtype == DT_F32 ? sizeof(float) : sizeof(int32_t); }
+static inline size_t dt_dtype_bytes(dt_dtype dtype) { return dtype == DT_BF16 ? 2 : 4; /* float32, int32: 4 */ }
 
 /* Fills the header; checks 1 <= ndim <= 4 and positive dims. Does not touch data. */
 dt_status dt_tensor_init(dt_tensor *t, dt_dtype dtype, int ndim, const int64_t *shape, void *data);
