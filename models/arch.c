@@ -55,12 +55,25 @@ dt_status model_arch_build(model_arch *arch, const model_config *c) {
         arch->top_k_branch = c->top_k_branch;
     }
 
-    /* SPEC §6.1: a product FFN replaces every dense FFN (the "product" kind)
-     * and every MoE expert (the "moe" kind with product experts). */
-    static const int product_degrees[] = {[FFN_DEFAULT] = 0, [FFN_TRIPLU] = 3, [FFN_PROD2] = 2, [FFN_PROD4] = 4};
-    const int product_degree = product_degrees[c->ffn];
-    if (product_degree && !ffn->is_moe) ffn = model_ffn_kind_find("product");
-    if (!ffn) return dt_errorf("ffn = %d: no such FFN kind in the table", (int)c->ffn);
+    /* The ffn key: the family's kind (default); a product FFN of SPEC §6.1,
+     * which replaces every dense FFN (the "product" kind) and every MoE
+     * expert (the "moe" kind with product experts); or any other word names
+     * an FFN kind of the table (models/ffn_kinds.c) for dense layers. */
+    int product_degree = 0;
+    if (c->ffn != FFN_DEFAULT) {
+        char word[32];
+        if (model_config_get(c, "ffn", word, sizeof word) != DT_OK) return DT_ERR;
+        static const struct {
+            const char *word;
+            int degree;
+        } products[] = {{"triplu", 3}, {"prod2", 2}, {"prod4", 4}};
+        for (size_t i = 0; i < sizeof products / sizeof products[0]; i++)
+            if (!strcmp(word, products[i].word)) product_degree = products[i].degree;
+        if (!product_degree && ffn->is_moe)
+            return dt_errorf("ffn = %s: MoE experts are SwiGLU or products (SPEC §6.1)", word);
+        if (!ffn->is_moe) ffn = model_ffn_kind_find(product_degree ? "product" : word);
+        if (!ffn) return dt_errorf("ffn = %s: no such FFN kind in the table (models/ffn_kinds.c)", word);
+    }
 
     if (c->attn_res != ATTN_RES_OFF) { /* full = one block per sublayer */
         arch->routed = 1;
