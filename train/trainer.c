@@ -61,8 +61,7 @@ void trainer_describe_params(const model *m, optim_param *out) {
         optim_param *o = &out[i];
         memset(o, 0, sizeof *o);
         o->name = p->name;
-        o->data = dt_f32(t);
-        o->grad = t->grad;
+        o->offset = dt_f32(t) - m->params_memory; /* the same in grads_memory */
         o->ndim = t->ndim;
         for (int d = 0; d < t->ndim; d++)
             o->shape[d] = t->shape[d];
@@ -113,13 +112,20 @@ optim_hparams trainer_optim_hparams(const train_config *c) {
     return hp;
 }
 
+dt_status trainer_optimizer_init(optimizer *opt, model *m, const train_config *c) {
+    optim_param *params = calloc((size_t)(m->n_params > 0 ? m->n_params : 1), sizeof *params);
+    if (!params) return dt_errorf("trainer: out of memory");
+    trainer_describe_params(m, params);
+    const optim_hparams hp = trainer_optim_hparams(c);
+    const dt_status status =
+        optim_init(opt, c->optimizer, params, m->n_params, m->params_memory, m->grads_memory, m->n_floats, &hp);
+    free(params); /* optim_init keeps a copy */
+    return status;
+}
+
 static dt_status setup_optimizer(trainer *t) {
     const train_config *c = &t->cfg;
-    t->optim_params = calloc((size_t)t->model.n_params, sizeof *t->optim_params);
-    if (!t->optim_params) return dt_errorf("trainer: out of memory");
-    trainer_describe_params(&t->model, t->optim_params);
-    const optim_hparams hp = trainer_optim_hparams(c);
-    if (optim_init(&t->opt, c->optimizer, t->optim_params, t->model.n_params, &hp) != DT_OK) return DT_ERR;
+    if (trainer_optimizer_init(&t->opt, &t->model, c) != DT_OK) return DT_ERR;
     t->ready |= READY_OPTIM;
     t->schedule = (optim_schedule){
         .kind = c->schedule,
@@ -172,6 +178,7 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     t->cfg = *cfg;
     if (options) t->options = *options;
     t->last_checkpoint_step = -1;
+    t->comm = t->options.comm ? t->options.comm : dt_comm_single();
     const train_config *c = &t->cfg;
     if (c->threads > 0) k_set_threads((int)c->threads);
     t->total_steps = train_config_total_steps(c);
@@ -192,9 +199,13 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
         goto fail;
     /* The step's rows split over the threads (train/parallel_step.h); MoE
      * and one-thread runs take the plain path inside it. */
-    if (train_parallel_init(&t->parallel, &t->model, &t->opt, c->batch_size, c->seq_len, k_get_threads(), 1) != DT_OK)
+    if (train_parallel_init(&t->parallel, &t->model, &t->opt, t->comm, c->batch_size, c->seq_len, k_get_threads(), 1) !=
+        DT_OK)
         goto fail;
     t->ready |= READY_PARALLEL;
+    /* Every process starts from rank 0's weights (they agree anyway: same seed or same checkpoint). */
+    if (t->comm->broadcast(t->comm, t->model.params_memory, (size_t)t->model.n_floats * sizeof(float), 0) != DT_OK)
+        goto fail;
     int64_t print_every = c->print_every > 0 ? c->print_every : (t->total_steps + 49) / 50;
     if (train_log_open(&t->log, t->log_path, t->options.resume_path != NULL, t->options.progress, print_every) != DT_OK)
         goto fail;
@@ -213,7 +224,6 @@ void trainer_free(trainer *t) {
     if (t->ready & READY_LOADER) data_loader_free(&t->loader);
     if (t->ready & READY_TOKENS) data_tokens_close(&t->tokens);
     if (t->ready & READY_OPTIM) optim_free(&t->opt);
-    free(t->optim_params);
     if (t->ready & READY_MODEL) model_free(&t->model);
     free(t->config_text);
     memset(t, 0, sizeof *t);
@@ -245,8 +255,9 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
     double grad_norm;
     /* One pass: sum over workers, 1/grad_accum, norm, clip, optimizer (Muon
      * at its own peak on the same schedule shape), zeroed gradients. */
-    train_parallel_update(&t->parallel, lr, c->muon_lr * lr / c->lr, 1.0f / (float)c->grad_accum, c->grad_clip,
-                          &grad_norm);
+    if (train_parallel_update(&t->parallel, lr, c->muon_lr * lr / c->lr, 1.0f / (float)c->grad_accum, c->grad_clip,
+                              &grad_norm) != DT_OK)
+        return dt_error_context("step %lld", (long long)(step + 1));
     if (!isfinite(grad_norm))
         return dt_errorf("step %lld: gradient norm is %g; stopping (the weights are not saved)", (long long)(step + 1),
                          grad_norm);
@@ -284,9 +295,12 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
     const int64_t T = c->seq_len, B = c->batch_size;
     int64_t n_windows = data_split_windows(&t->tokens, SPLIT_VAL, T);
     if (c->eval_windows > 0 && c->eval_windows < n_windows) n_windows = c->eval_windows;
-    double loss = 0, loss_primary = 0, loss_branch = 0, alpha = 0;
+    /* Sums over the windows: loss, primary, branch, alpha (one allreduce over the processes). */
+    double sums[4] = {0, 0, 0, 0};
     dt_status status = DT_OK;
-    for (int64_t first = 0; first < n_windows && status == DT_OK; first += B) {
+    /* Batch b is process b % size's: every window is evaluated once over the job. */
+    const int64_t stride = B * t->comm->size;
+    for (int64_t first = B * t->comm->rank; first < n_windows && status == DT_OK; first += stride) {
         const int64_t rows = n_windows - first < B ? n_windows - first : B;
         int32_t *inputs = dt_i32(t->inputs), *targets = dt_i32(t->targets);
         for (int64_t r = 0; r < rows && status == DT_OK; r++)
@@ -296,21 +310,22 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
         status = train_parallel_evaluate(&t->parallel, t->inputs, t->targets, rows, &losses);
         if (status != DT_OK) break;
         /* Every window has T positions: weighting batch means by rows gives the mean over positions. */
-        loss += losses.loss * (double)rows;
-        loss_primary += losses.loss_primary * (double)rows;
-        loss_branch += losses.loss_branch * (double)rows;
-        alpha += losses.alpha * (double)rows;
+        sums[0] += losses.loss * (double)rows;
+        sums[1] += losses.loss_primary * (double)rows;
+        sums[2] += losses.loss_branch * (double)rows;
+        sums[3] += losses.alpha * (double)rows;
     }
+    if (status == DT_OK && t->comm->size > 1) status = t->comm->allreduce_f64(t->comm, sums, 4);
     if (status != DT_OK) return dt_error_context("evaluation at step %lld", (long long)t->state.step);
     const double inv = 1.0 / (double)n_windows;
     *record = (train_eval_record){
         .step = t->state.step,
         .tokens = t->state.tokens_seen,
         .windows = n_windows,
-        .loss = loss * inv,
-        .loss_primary = loss_primary * inv,
-        .loss_branch = loss_branch * inv,
-        .alpha = alpha * inv,
+        .loss = sums[0] * inv,
+        .loss_primary = sums[1] * inv,
+        .loss_branch = sums[2] * inv,
+        .alpha = sums[3] * inv,
         .elapsed = t->state.elapsed_seconds,
     };
     train_log_eval(&t->log, record);

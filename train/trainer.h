@@ -29,6 +29,7 @@
 #include <stdio.h>
 
 #include "autograd/tape.h"
+#include "core/comm.h"
 #include "data/loader.h"
 #include "data/tokens.h"
 #include "models/model.h"
@@ -47,6 +48,7 @@ typedef struct trainer_options {
     int64_t poison_step;              /* test hook, > 0: a NaN is written into final_norm before this step */
     int64_t pause_after_step;         /* test hook, > 0: the process stops itself (SIGSTOP) once this step is
                                          logged, before any checkpoint, so a test can SIGKILL it at a known point */
+    const dt_comm *comm;              /* the job's processes (NULL: this one alone) */
 } trainer_options;
 
 typedef struct trainer_result {
@@ -64,13 +66,13 @@ typedef struct trainer {
     char *config_text; /* resolved INI text (stored in checkpoints) */
     char checkpoint_path[TRAIN_PATH_MAX + 32];
     char log_path[2 * TRAIN_PATH_MAX];
+    const dt_comm *comm; /* options.comm, or the single-process communicator */
     model model;
-    optim_param *optim_params; /* [model.n_params] views of the model's parameters */
     optimizer opt;
     optim_schedule schedule;
     data_tokens tokens;
     data_loader loader;
-    train_parallel parallel; /* forward+backward split over threads, and the fused update */
+    train_parallel parallel;     /* forward+backward split over threads, and the fused update */
     dt_tensor *inputs, *targets; /* int32 [B, T] heap tensors reused every micro-batch */
     train_state state;
     train_log log;
@@ -94,9 +96,12 @@ dt_status trainer_run(trainer *t, trainer_result *result);
 
 /* The optimizer settings of a run configuration (betas, eps, weight decays, Muon momentum). */
 optim_hparams trainer_optim_hparams(const train_config *c);
+/* The run's optimizer (train.optimizer, trainer_optim_hparams) over m's flat buffers. */
+dt_status trainer_optimizer_init(optimizer *opt, model *m, const train_config *c);
 
-/* The parameters' optimizer view: decay for matrices that are not embeddings;
- * Muon for the same set minus MoE routers (which stay on AdamW). */
+/* The parameters' optimizer view (offsets into the model's flat buffers):
+ * decay for matrices that are not embeddings; Muon for the same set minus MoE
+ * routers (which stay on AdamW). */
 void trainer_describe_params(const model *m, optim_param *out);
 
 #endif
