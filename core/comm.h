@@ -39,4 +39,23 @@ struct dt_comm {
 /* The one-process communicator: rank 0, size 1, every operation the identity. */
 const dt_comm *dt_comm_single(void);
 
+#ifdef DBRANCH_MPI
+/* The Open MPI backend (core/comm_mpi.c, built with -DDBRANCH_MPI=ON) over
+ * MPI_COMM_WORLD. Sums are either `ordered` (rank 0 adds the ranks' buffers
+ * in rank order, ((x0 + x1) + x2) + ..., and broadcasts the result: the same
+ * bits for every rank and every run) or `fast` (MPI_Allreduce: deterministic
+ * for a given N, not across N). */
+typedef enum { DT_COMM_REDUCE_ORDERED = 0, DT_COMM_REDUCE_FAST = 1 } dt_comm_reduce;
+
+/* Is this process one of an mpirun job (Open MPI's or PMI's environment)? */
+int dt_comm_mpi_launched(void);
+/* MPI_Init_thread (MPI_THREAD_FUNNELED) and the communicator; errors come
+ * back as messages (MPI_ERRORS_RETURN), not aborts. */
+dt_status dt_comm_mpi_init(int *argc, char ***argv, dt_comm_reduce reduce, const dt_comm **comm);
+void dt_comm_mpi_finalize(void);
+/* Takes the whole job down (MPI_Abort): for a rank that fails while the
+ * others wait in a collective call. */
+void dt_comm_mpi_abort(int code);
+#endif
+
 #endif
