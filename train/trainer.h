@@ -20,7 +20,14 @@
  *
  * A non-finite loss or gradient norm stops the run with an error before the
  * optimizer touches the weights; no checkpoint is written then, so the last
- * good one stays on disk. */
+ * good one stays on disk.
+ *
+ * Several processes (options.comm, core/comm.h): every one draws the whole
+ * batch from the same seeded stream and trains on its equal share of the
+ * rows (train.batch_size must split evenly); the step's losses are the
+ * job's means, evaluation windows are shared out, a stop request on any
+ * process stops all at the same step, and rank 0 alone logs and writes
+ * checkpoints. */
 #ifndef TRAIN_TRAINER_H
 #define TRAIN_TRAINER_H
 
@@ -72,8 +79,10 @@ typedef struct trainer {
     optim_schedule schedule;
     data_tokens tokens;
     data_loader loader;
-    train_parallel parallel;     /* forward+backward split over threads, and the fused update */
-    dt_tensor *inputs, *targets; /* int32 [B, T] heap tensors reused every micro-batch */
+    train_parallel parallel;             /* forward+backward split over threads, and the fused update */
+    dt_tensor *inputs, *targets;         /* int32 [B, T] heap tensors reused every micro-batch */
+    int64_t rank_rows;                   /* B / processes: the rows this process trains on */
+    dt_tensor rank_inputs, rank_targets; /* int32 [rank_rows, T] views of this process's rows */
     train_state state;
     train_log log;
     int64_t total_steps;

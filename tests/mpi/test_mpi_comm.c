@@ -12,27 +12,18 @@
 #include <string.h>
 
 #include "core/comm.h"
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "test_mpi_comm: " __VA_ARGS__);                                                            \
-            fputc('\n', stderr);                                                                                       \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
+#include "mpi_check.h"
 
 /* Rank r's value at element i: inexact sums, so the order shows from 3 ranks
  * on. One division of exact integers: no contraction can round it two ways. */
 static float value_f32(int r, int64_t i) { return (float)((r + 1) * 1000 + i % 97) / 7.0f; }
 
 int main(int argc, char **argv) {
+    test_name = "test_mpi_comm";
     const int fast = argc > 1 && !strcmp(argv[1], "fast");
     const dt_comm *comm = NULL;
     if (dt_comm_mpi_init(&argc, &argv, fast ? DT_COMM_REDUCE_FAST : DT_COMM_REDUCE_ORDERED, &comm) != DT_OK) {
-        fprintf(stderr, "test_mpi_comm: %s\n", dt_error_message());
+        fprintf(stderr, "%s\n", dt_error_message());
         return 1;
     }
     const int rank = comm->rank, size = comm->size;
