@@ -5,7 +5,8 @@
  * same float operations (0.5 g0 + 0.5 g1 per process vs (g0 + g1) / 2 over
  * processes, both exact scalings), so losses, gradient norms and weights
  * must agree bit for bit. Also: rank 0 alone writes the log and the
- * checkpoint, and both ranks end with the same weights. A plain program (see
+ * checkpoint, a job stopped and resumed at N = 2 continues bit for bit, and
+ * both ranks end with the same weights. A plain program (see
  * test_mpi_comm.c); exits non-zero naming the first failed check. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +119,36 @@ int main(int argc, char **argv) {
     int64_t n = 0, n_alone = 0;
     const train_config job_cfg = config(data, job_dir, 1);
     run(&job_cfg, comm, job, &job_eval, &job_weights, &n);
+
+    /* Stopped after 3 steps (rank 0 writes the checkpoint) and resumed by both
+     * ranks: the remaining steps are the uninterrupted job's, bit for bit. */
+    char part_dir[128];
+    snprintf(part_dir, sizeof part_dir, "%s/part", dir);
+    const train_config part_cfg = config(data, part_dir, 1);
+    trainer t;
+    train_step_record record;
+    const trainer_options fresh = {.comm = comm};
+    if (trainer_init(&t, &part_cfg, &fresh) == DT_OK) {
+        for (int s = 0; s < 3; s++)
+            if (trainer_step(&t, &record) != DT_OK) CHECK(0, "part step %d: %s", s + 1, dt_error_message());
+        if (trainer_save(&t) != DT_OK) CHECK(0, "part save: %s", dt_error_message());
+        trainer_free(&t);
+    } else {
+        CHECK(0, "part trainer_init: %s", dt_error_message());
+    }
+    comm->barrier(comm); /* the checkpoint is on disk before anyone reads it */
+    snprintf(path, sizeof path, "%s/checkpoint.h5", part_dir);
+    const trainer_options resumed = {.comm = comm, .resume_path = path};
+    if (trainer_init(&t, &part_cfg, &resumed) == DT_OK) {
+        for (int s = 3; s < STEPS; s++) {
+            if (trainer_step(&t, &record) != DT_OK) CHECK(0, "resumed step %d: %s", s + 1, dt_error_message());
+            CHECK(record.loss == job[s].loss && record.grad_norm == job[s].grad_norm,
+                  "rank %d: resumed step %d: loss %.9g vs %.9g uninterrupted", rank, s + 1, record.loss, job[s].loss);
+        }
+        trainer_free(&t);
+    } else {
+        CHECK(0, "resumed trainer_init: %s", dt_error_message());
+    }
 
     /* Both ranks hold the same weights: rank 1's checksum against rank 0's. */
     double sum[2] = {0, 0};
