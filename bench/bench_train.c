@@ -260,7 +260,6 @@ typedef struct bench_run {
     const char *label; /* "baseline", "decode-branch" */
     train_config cfg;
     model model;
-    optim_param *optim_params;
     optimizer opt;
     train_parallel parallel;     /* the step's forward+backward and update */
     dt_tensor *inputs, *targets; /* int32 [B, T] */
@@ -289,7 +288,6 @@ static void run_free(bench_run *r) {
     }
     dt_tensor_free(r->inputs);
     dt_tensor_free(r->targets);
-    free(r->optim_params);
     free(r->step_s);
     free(r->forward_s);
     free(r->backward_s);
@@ -309,19 +307,12 @@ static dt_status run_init(bench_run *r, const char *label, const train_config *c
     dt_rng init_rng;
     dt_rng_seed(&init_rng, seed);
     model_init_weights(&r->model, &init_rng);
-    r->optim_params = calloc((size_t)r->model.n_params, sizeof *r->optim_params);
-    if (!r->optim_params) {
-        model_free(&r->model);
-        return dt_errorf("out of memory");
-    }
-    trainer_describe_params(&r->model, r->optim_params);
-    const optim_hparams hp = trainer_optim_hparams(c);
-    if (optim_init(&r->opt, c->optimizer, r->optim_params, r->model.n_params, &hp) != DT_OK) {
+    if (trainer_optimizer_init(&r->opt, &r->model, c) != DT_OK) {
         model_free(&r->model);
         return DT_ERR;
     }
-    if (train_parallel_init(&r->parallel, &r->model, &r->opt, c->batch_size, c->seq_len, k_get_threads(), split_rows) !=
-        DT_OK) {
+    if (train_parallel_init(&r->parallel, &r->model, &r->opt, NULL, c->batch_size, c->seq_len, k_get_threads(),
+                            split_rows) != DT_OK) {
         optim_free(&r->opt);
         model_free(&r->model);
         return DT_ERR;
@@ -391,7 +382,9 @@ static dt_status run_step(bench_run *r, int64_t index, double *loss) {
     }
     const double t3 = now_seconds();
     double norm;
-    train_parallel_update(&r->parallel, c->lr, c->muon_lr, 1.0f / (float)c->grad_accum, c->grad_clip, &norm);
+    if (train_parallel_update(&r->parallel, c->lr, c->muon_lr, 1.0f / (float)c->grad_accum, c->grad_clip, &norm) !=
+        DT_OK)
+        return DT_ERR;
     if (!isfinite(norm)) return dt_errorf("%s: gradient norm is %g", r->label, norm);
     const double end = now_seconds();
     if (index >= 0) {

@@ -12,7 +12,7 @@
 
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch train --config FILE [--set section.key=value ...] [--tokens N] [--resume CKPT]\n"
-                 "                     [--out DIR] [--threads N] [--dry-run]\n"
+                 "                     [--out DIR] [--threads N] [--dry-run] [--reduce ordered|fast]\n"
                  "\n"
                  "Trains the model of a config file ([model], [data], [train] sections; see experiments/configs/)\n"
                  "until train.tokens training tokens have been seen (steps of batch_size x seq_len x grad_accum).\n"
@@ -26,10 +26,17 @@ static void usage(FILE *out) {
                  "  --out DIR          output directory (train.out_dir): DIR/checkpoint.h5 and the JSON-lines log\n"
                  "  --threads N        threads for BLIS and OpenMP (train.threads, 1..1024)\n"
                  "  --dry-run          print the resolved configuration and stop (no data read, nothing written)\n"
+                 "  --reduce R         under mpirun (a build with -DDBRANCH_MPI=ON): how gradients are summed over\n"
+                 "                     the processes: ordered (default; rank order, the same bits every run) or fast\n"
+                 "                     (MPI_Allreduce)\n"
                  "\n"
                  "Options other than --set may be given once. With --resume, --tokens must be at least the tokens\n"
                  "already trained. train.init_from = CKPT starts a new run from a checkpoint's weights (fresh\n"
                  "optimizer and data; the model config must match).\n"
+                 "\n"
+                 "Data parallel over processes: `mpirun -n N --bind-to none -x OMP_NUM_THREADS dbranch train ...`\n"
+                 "(add --hostfile FILE for several machines): each process trains on train.batch_size / N rows of\n"
+                 "every batch with train.threads threads; rank 0 alone prints, logs and writes checkpoints.\n"
                  "\n"
                  "Prints the resolved configuration, then progress (a live line on a terminal, periodic lines\n"
                  "otherwise) and the final validation loss. A checkpoint is written every train.checkpoint_every\n"
@@ -39,6 +46,42 @@ static void usage(FILE *out) {
                  "(the last good checkpoint is kept, never overwritten with diverged weights); 130 after SIGINT and\n"
                  "143 after SIGTERM: the current step is finished and a checkpoint written, so\n"
                  "`dbranch train --resume DIR/checkpoint.h5` continues the run. A second signal kills at once.\n");
+}
+
+/* The job this process is part of: under mpirun (MPI builds) its MPI
+ * communicator, else NULL (one process). */
+static dt_status join_job(const char *reduce, const dt_comm **comm) {
+    *comm = NULL;
+#ifdef DBRANCH_MPI
+    dt_comm_reduce mode = DT_COMM_REDUCE_ORDERED;
+    if (reduce && !strcmp(reduce, "fast"))
+        mode = DT_COMM_REDUCE_FAST;
+    else if (reduce && strcmp(reduce, "ordered"))
+        return dt_errorf("--reduce %s (must be ordered or fast)", reduce);
+    if (dt_comm_mpi_launched()) return dt_comm_mpi_init(NULL, NULL, mode, comm);
+    return DT_OK;
+#else
+    return reduce ? dt_errorf("--reduce needs a build with -DDBRANCH_MPI=ON") : DT_OK;
+#endif
+}
+
+static void leave_job(const dt_comm *comm) {
+#ifdef DBRANCH_MPI
+    if (comm) dt_comm_mpi_finalize();
+#endif
+}
+
+/* A failure on one process of several: the others may wait in a collective
+ * call, so the message is printed and the whole job taken down. */
+static int fail_job(const dt_comm *comm) {
+    const int code = cli_fail("train");
+#ifdef DBRANCH_MPI
+    if (comm && comm->size > 1) {
+        fflush(NULL);
+        dt_comm_mpi_abort(code);
+    }
+#endif
+    return code;
 }
 
 static volatile sig_atomic_t stop_signal = 0;
@@ -86,7 +129,8 @@ int cmd_train(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *config_path = NULL, *resume_path = NULL;
+    const char *config_path = NULL, *resume_path = NULL, *reduce = NULL;
+    const dt_comm *comm = NULL;
     /* Overrides in command-line order: --set pairs and the shorthands, applied after the file. */
     const char **overrides = calloc((size_t)argc + 1, sizeof *overrides);
     char(*shorthand)[TRAIN_PATH_MAX + 32] = calloc((size_t)argc + 1, sizeof *shorthand);
@@ -107,7 +151,8 @@ int cmd_train(int argc, char **argv) {
                           : !strcmp(arg, "--out")     ? "train.out_dir"
                           : !strcmp(arg, "--threads") ? "train.threads"
                                                       : NULL;
-        int takes_value = key || !strcmp(arg, "--config") || !strcmp(arg, "--set") || !strcmp(arg, "--resume");
+        int takes_value = key || !strcmp(arg, "--config") || !strcmp(arg, "--set") || !strcmp(arg, "--resume") ||
+                          !strcmp(arg, "--reduce");
         if (!takes_value) {
             fprintf(stderr, "dbranch train: unknown option '%s' (try dbranch train --help)\n", arg);
             exit_code = 2;
@@ -128,6 +173,8 @@ int cmd_train(int argc, char **argv) {
             config_path = value;
         else if (!strcmp(arg, "--resume"))
             resume_path = value;
+        else if (!strcmp(arg, "--reduce"))
+            reduce = value;
         else if (!strcmp(arg, "--set"))
             overrides[n_overrides++] = value;
         else {
@@ -165,28 +212,34 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
 
+    if (join_job(reduce, &comm) != DT_OK) {
+        exit_code = cli_fail("train");
+        goto done;
+    }
+    const int speaks = !comm || comm->rank == 0; /* one voice for the job */
     install_stop_handlers();
     trainer t;
-    trainer_options options = {.resume_path = resume_path, .progress = stdout, .stop_flag = &stop_signal};
+    trainer_options options = {
+        .resume_path = resume_path, .progress = speaks ? stdout : NULL, .stop_flag = &stop_signal, .comm = comm};
     /* Test hook (tests/test_cli_qa.c): stop at a known step so a SIGKILL lands between checkpoints. */
     const char *pause = getenv("DBRANCH_TEST_PAUSE_AFTER_STEP");
     if (pause) options.pause_after_step = strtoll(pause, NULL, 10);
     if (trainer_init(&t, &cfg, &options) != DT_OK) {
-        exit_code = cli_fail("train");
+        exit_code = fail_job(comm);
         goto done;
     }
     /* Printed once the run is set up, so a bad path or file is the only output. */
-    print_resolved(&cfg, config_path);
+    if (speaks) print_resolved(&cfg, config_path);
     fflush(stdout);
 
     trainer_result result;
     status = trainer_run(&t, &result);
     trainer_free(&t);
     if (status != DT_OK) {
-        exit_code = cli_fail("train");
+        exit_code = fail_job(comm);
         goto done;
     }
-    if (result.evaluated) {
+    if (result.evaluated && speaks) {
         const train_eval_record *e = &result.final_eval;
         printf("final: val loss %.4f", e->loss);
         if (cfg.model.branch == BRANCH_DECODE)
@@ -196,6 +249,7 @@ int cmd_train(int argc, char **argv) {
     }
     exit_code = result.stopped && stop_signal ? 128 + (int)stop_signal : 0;
 done:
+    leave_job(comm);
     free(overrides);
     free(shorthand);
     return exit_code;

@@ -1,8 +1,9 @@
 /* The parameter registry: model_create allocates every parameter of SPEC §3
  * (names, shapes and order exactly as listed there), wires the per-layer
  * pointers the forward pass reads, and model_init_weights draws the initial
- * values. Parameters are heap tensors with a persistent gradient buffer,
- * allocated once; nothing here runs on a training step's hot path. */
+ * values. Parameters are views into one flat weight buffer and one flat
+ * gradient buffer (alloc_flat), allocated once; nothing here runs on a
+ * training step's hot path. */
 #include "models/model.h"
 
 #include <math.h>
@@ -22,7 +23,7 @@ enum { PLAIN = 0, MATRIX = 1, EMBEDDING = 2 };
  * (4 attention + FFN); 2 more model-level vectors for attn_res. */
 static int max_params(const model_config *c) { return 10 + (23 + 2 * MODEL_FFN_SLOTS) * (int)c->n_layer; }
 
-/* Appends a zero-filled parameter with a zero gradient. The name is formatted. */
+/* Appends a parameter (its header; alloc_flat gives it memory). The name is formatted. */
 static dt_tensor *add_param(model *m, int capacity, model_param_group group, int marks, model_init_kind init, int ndim,
                             const int64_t *shape, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
 
@@ -38,13 +39,14 @@ static dt_tensor *add_param(model *m, int capacity, model_param_group group, int
     va_start(args, fmt);
     vsnprintf(p->name, sizeof p->name, fmt, args);
     va_end(args);
-    p->tensor = dt_tensor_new(DT_F32, ndim, shape);
+    /* A header only: alloc_flat points it into the flat buffers. */
+    p->tensor = calloc(1, sizeof *p->tensor);
     if (!p->tensor) {
-        dt_error_context("model: parameter '%s'", p->name);
+        dt_errorf("model: out of memory for parameter '%s'", p->name);
         return NULL;
     }
-    if (dt_tensor_alloc_grad(p->tensor) != DT_OK) {
-        dt_tensor_free(p->tensor);
+    if (dt_tensor_init(p->tensor, DT_F32, ndim, shape, NULL) != DT_OK) {
+        free(p->tensor);
         p->tensor = NULL;
         dt_error_context("model: parameter '%s'", p->name);
         return NULL;
@@ -126,6 +128,38 @@ static void add_ffn(builder *b, model_block_weights *w, model_param_group group,
     ffn_sink s = {b, group, prefix, l};
     const model_param_sink sink = {&s, ffn_sink_add};
     if (la->ffn->declare(&b->m->arch, la, &sink, w->ffn) != DT_OK) b->failed = 1;
+}
+
+/* Floats between consecutive parameters' starts: each parameter begins on a
+ * 64-byte line, as a tensor of its own would. */
+static int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
+
+/* llm.c's layout: every parameter's weights in one allocation and every
+ * gradient in another, in SPEC §3 order at the same offsets, the tensors
+ * views into them; the optimizer and an allreduce then see one array each. */
+static dt_status alloc_flat(model *m) {
+    int64_t n = 0;
+    for (int i = 0; i < m->n_params; i++)
+        n += padded(m->params[i].tensor->size);
+    const size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    void *data = NULL, *grad = NULL;
+    if (posix_memalign(&data, DT_ARENA_ALIGN, bytes) != 0 || posix_memalign(&grad, DT_ARENA_ALIGN, bytes) != 0) {
+        free(data);
+        return dt_errorf("model: out of memory for %lld parameters and their gradients", (long long)n);
+    }
+    memset(data, 0, bytes);
+    memset(grad, 0, bytes);
+    m->params_memory = data;
+    m->grads_memory = grad;
+    m->n_floats = n;
+    int64_t offset = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        dt_tensor *t = m->params[i].tensor;
+        t->data = m->params_memory + offset;
+        t->grad = m->grads_memory + offset;
+        offset += padded(t->size);
+    }
+    return DT_OK;
 }
 
 dt_status model_create(model *m, const model_config *config) {
@@ -210,7 +244,7 @@ dt_status model_create(model *m, const model_config *config) {
             }
         }
     }
-    if (b.failed) {
+    if (b.failed || alloc_flat(m) != DT_OK) {
         model_free(m);
         return DT_ERR;
     }
@@ -255,6 +289,8 @@ void model_free(model *m) {
     free(m->params);
     free(m->layers);
     free(m->rope_table);
+    free(m->params_memory);
+    free(m->grads_memory);
     model_arch_free(&m->arch);
     memset(m, 0, sizeof *m);
 }

@@ -43,7 +43,7 @@ typedef enum { PARAM_PRIMARY = 0, PARAM_BRANCH = 1 } model_param_group;
 
 typedef struct model_param {
     char name[96];           /* SPEC §3 name, e.g. "layers.0.attn.wq.weight" */
-    dt_tensor *tensor;       /* heap tensor, requires_grad, persistent grad */
+    dt_tensor *tensor;       /* view into params_memory / grads_memory, requires_grad */
     model_param_group group; /* primary path or branch-only */
     int is_matrix;           /* 2-D (or expert 3-D) weight: weight decay / Muon apply */
     int is_embedding;        /* tok_emb, pos_emb, branch.tok_emb, lm_head */
@@ -63,6 +63,9 @@ typedef struct model {
     dt_tensor *route_final_query, *route_final_norm; /* [C] attn_res: the route into the final norm */
     model_layer *layers;                             /* [n_layer] */
     float *rope_table;                               /* [block_size, hd/2, 2] cos/sin (rotary position schemes) */
+    float *params_memory; /* [n_floats] every parameter's weights, SPEC §3 order; the tensors are views */
+    float *grads_memory;  /* [n_floats] their gradients at the same offsets */
+    int64_t n_floats;     /* each parameter starts on a 16-float boundary (zero padding between) */
 } model;
 
 /* What a forward pass returns (arena tensors of the step's ag_ctx). */
@@ -82,7 +85,8 @@ typedef struct model_outputs {
     float *router_mean_probs;  /* [moe_layers, E] mean router probabilities over the tokens */
 } model_outputs;
 
-/* Validates the config, allocates every parameter (zeros) with its gradient. */
+/* Validates the config, allocates every parameter (zeros) with its gradient,
+ * all in the two flat buffers. */
 dt_status model_create(model *m, const model_config *config);
 void model_free(model *m);
 /* SPEC init: normal(0, 0.02) matrices/embeddings, residual projections scaled

@@ -2,8 +2,9 @@
  * result near 1, checked through the eigenvalues of X X^T computed here by
  * Jacobi rotations in double), keeps the singular vectors of the input (the
  * update direction U V^T), the tall-matrix scale, the momentum and nesterov
- * formulas in closed form, per-expert treatment of 3-D weights, and the
- * AdamW fallback for parameters not flagged for Muon. */
+ * formulas in closed form, and through the update pass (optim_update) the
+ * per-expert treatment of 3-D weights and the AdamW fallback for parameters
+ * not flagged for Muon. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "core/rng.h"
 #include "optim/optim.h"
+#include "support/optim_flat.h"
 
 /* Eigenvalues of a symmetric n x n matrix (a is destroyed), cyclic Jacobi. */
 static void symmetric_eigenvalues(double *a, int n, double *eig) {
@@ -223,29 +225,27 @@ Test(optim_muon, nesterov_momentum_closed_form) { check_momentum_formula(1); }
 
 Test(optim_muon, plain_momentum_closed_form) { check_momentum_formula(0); }
 
-/* Expert weights [E, rows, cols]: each expert matrix is orthogonalised on its
- * own (an expert with no gradient does not move; the other gets rows of norm ~1). */
+/* Expert weights [E, rows, cols], through the update pass: each expert
+ * matrix is orthogonalised on its own (an expert with no gradient does not
+ * move; the other gets rows of norm ~1). */
 Test(optim_muon, experts_are_separate_matrices) {
     enum { E = 2, R = 4, C = 12, N = E * R * C };
     dt_rng rng;
     dt_rng_seed(&rng, 33);
-    float p[N], p_start[N], g[N] = {0};
+    optim_flat f;
+    optim_flat_init(&f, N);
+    cr_assert_not_null(optim_flat_add(&f, "layers.0.moe.w1.weight", DT_SHAPE(E, R, C), 1, 1));
+    float *p = f.data, p_start[N];
     for (int i = 0; i < N; i++)
         p[i] = p_start[i] = (float)dt_rng_normal(&rng);
     for (int i = R * C; i < N; i++)
-        g[i] = (float)dt_rng_normal(&rng); /* expert 1 only */
-    optim_param param = {.name = "layers.0.moe.w1.weight",
-                         .data = p,
-                         .grad = g,
-                         .ndim = 3,
-                         .shape = {E, R, C},
-                         .size = N,
-                         .decay = 1,
-                         .muon = 1};
+        f.grad[i] = (float)dt_rng_normal(&rng); /* expert 1 only */
     optimizer opt;
-    cr_assert_eq(optim_init(&opt, OPTIM_MUON, &param, 1, NULL), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(optim_flat_optimizer(&f, &opt, OPTIM_MUON, NULL), DT_OK, "%s", dt_error_message());
     cr_assert(optim_is_muon(&opt, 0));
-    optim_step(&opt, 1e-3, 0.05);
+    cr_assert_null(optim_adamw_m(&opt, 0));
+    double norm;
+    cr_assert_eq(optim_flat_step(&opt, 1e-3, 0.05, 1.0f, 0.0, &norm), DT_OK);
     for (int i = 0; i < R * C; i++)
         cr_assert_eq(p[i], p_start[i], "expert 0 moved at %d", i);
     float delta[R * C];
@@ -255,45 +255,50 @@ Test(optim_muon, experts_are_separate_matrices) {
     squared_singular_values(delta, R, C, eig);
     for (int i = 0; i < R; i++)
         cr_assert(sqrt(eig[i]) > 0.6 && sqrt(eig[i]) < 1.25, "sv %d = %g", i, sqrt(eig[i]));
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(f.grad[i], 0.0f, "gradient %d not zeroed", i);
     optim_free(&opt);
+    optim_flat_free(&f);
 }
 
 /* optimizer = muon: unflagged parameters (here a norm weight) are AdamW's,
  * and their first step is the sign step lr * g / |g|. */
 Test(optim_muon, unflagged_parameters_use_adamw) {
-    float w[6], w_grad[6], norm[3] = {1, 1, 1}, norm_grad[3] = {0.5f, -0.25f, 2.0f};
+    optim_flat f;
+    optim_flat_init(&f, 9);
+    cr_assert_not_null(optim_flat_add(&f, "layers.0.mlp.fc.weight", DT_SHAPE(2, 3), 1, 1));
+    cr_assert_not_null(optim_flat_add(&f, "layers.0.ffn_norm.weight", DT_SHAPE(3), 0, 0));
+    float *w = optim_flat_data(&f, 0), *w_grad = optim_flat_grad(&f, 0), *norm = optim_flat_data(&f, 1);
     for (int i = 0; i < 6; i++)
         w[i] = 0, w_grad[i] = (float)((i / 3 + 1) * (i % 3 + 1)); /* rank 1, positive */
-    optim_param params[2] = {
-        {.name = "layers.0.mlp.fc.weight",
-         .data = w,
-         .grad = w_grad,
-         .ndim = 2,
-         .shape = {2, 3},
-         .size = 6,
-         .decay = 1,
-         .muon = 1},
-        {.name = "layers.0.ffn_norm.weight", .data = norm, .grad = norm_grad, .ndim = 1, .shape = {3}, .size = 3},
-    };
+    const float norm0[3] = {1, 1, 1}, norm_grad0[3] = {0.5f, -0.25f, 2.0f};
+    memcpy(norm, norm0, sizeof norm0);
+    memcpy(optim_flat_grad(&f, 1), norm_grad0, sizeof norm_grad0);
     optimizer opt;
-    cr_assert_eq(optim_init(&opt, OPTIM_MUON, params, 2, NULL), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(optim_flat_optimizer(&f, &opt, OPTIM_MUON, NULL), DT_OK, "%s", dt_error_message());
     cr_assert(optim_is_muon(&opt, 0));
     cr_assert(!optim_is_muon(&opt, 1));
-    cr_assert(opt.m[1] != NULL && opt.v[1] != NULL && opt.m[0] == NULL);
-    optim_step(&opt, 0.1, 0.02);
+    cr_assert(optim_adamw_m(&opt, 1) != NULL && optim_adamw_v(&opt, 1) != NULL && optim_adamw_m(&opt, 0) == NULL);
+    cr_assert(optim_muon_momentum(&opt, 0) != NULL && optim_muon_momentum(&opt, 1) == NULL);
+    cr_assert_eq(opt.n_adamw_floats, 3, "AdamW state only for the AdamW parameter");
+    cr_assert_eq(opt.n_muon_floats, 6);
+    double grad_norm;
+    cr_assert_eq(optim_flat_step(&opt, 0.1, 0.02, 1.0f, 0.0, &grad_norm), DT_OK);
     cr_assert(fabs(norm[0] - 0.9) < 1e-6 && fabs(norm[1] - 1.1) < 1e-6 && fabs(norm[2] - 0.9) < 1e-6,
               "norm weights %g %g %g", norm[0], norm[1], norm[2]);
     /* The Muon matrix moved against its gradient: NS(a b^T) = a b^T / (|a||b|), all positive. */
     for (int i = 0; i < 6; i++)
         cr_assert(w[i] < 0, "w[%d] = %g", i, w[i]);
     optim_free(&opt);
+    optim_flat_free(&f);
 }
 
 Test(optim_muon, rejects_vector_flagged_for_muon) {
-    float b[4] = {0}, gb[4] = {0};
-    optim_param param = {
-        .name = "layers.0.attn.wq.bias", .data = b, .grad = gb, .ndim = 1, .shape = {4}, .size = 4, .muon = 1};
+    optim_flat f;
+    optim_flat_init(&f, 4);
+    cr_assert_not_null(optim_flat_add(&f, "layers.0.attn.wq.bias", DT_SHAPE(4), 0, 1));
     optimizer opt;
-    cr_assert_eq(optim_init(&opt, OPTIM_MUON, &param, 1, NULL), DT_ERR);
+    cr_assert_eq(optim_flat_optimizer(&f, &opt, OPTIM_MUON, NULL), DT_ERR);
     cr_assert(strstr(dt_error_message(), "layers.0.attn.wq.bias") != NULL, "%s", dt_error_message());
+    optim_flat_free(&f);
 }

@@ -1,10 +1,9 @@
 /* Learning-rate schedules at chosen steps against values worked out by hand
- * (the arithmetic is in the comments), plus the clip of the global gradient norm. */
+ * (the arithmetic is in the comments). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
 
-#include "optim/optim.h"
 #include "optim/schedule.h"
 
 #define assert_lr(schedule, step, want)                                                                                \
@@ -59,48 +58,4 @@ Test(optim_schedule, parse_words) {
     cr_assert_str_eq(optim_schedule_name(SCHEDULE_COSINE), "cosine");
     cr_assert_eq(optim_schedule_parse("exponential", &kind), DT_ERR);
     cr_assert(strstr(dt_error_message(), "exponential") != NULL, "%s", dt_error_message());
-}
-
-/* Gradients (3, 4) and (12): norm sqrt(9 + 16 + 144) = 13. */
-Test(optim_clip, clips_global_norm) {
-    float a[2] = {3, 4}, ga[2] = {3, 4}, b[1] = {0}, gb[1] = {12};
-    optim_param params[2] = {{.name = "a", .data = a, .grad = ga, .ndim = 1, .shape = {2}, .size = 2},
-                             {.name = "b", .data = b, .grad = gb, .ndim = 1, .shape = {1}, .size = 1}};
-    double norm = optim_clip_grad_norm(params, 2, 1.3);
-    cr_assert(fabs(norm - 13.0) < 1e-12, "pre-clip norm %g", norm);
-    double scale = 1.3 / (13.0 + 1e-6);
-    cr_assert(fabs(ga[0] - 3 * scale) < 1e-6 && fabs(ga[1] - 4 * scale) < 1e-6 && fabs(gb[0] - 12 * scale) < 1e-6);
-    cr_assert(fabs(optim_grad_norm(params, 2) - 1.3) < 1e-5, "clipped norm %g", optim_grad_norm(params, 2));
-}
-
-Test(optim_clip, below_threshold_or_disabled_is_untouched) {
-    float a[2] = {0}, ga[2] = {0.3f, 0.4f};
-    optim_param param = {.name = "a", .data = a, .grad = ga, .ndim = 1, .shape = {2}, .size = 2};
-    cr_assert(fabs(optim_clip_grad_norm(&param, 1, 1.0) - 0.5) < 1e-7);
-    cr_assert(fabs(optim_clip_grad_norm(&param, 1, 0.0) - 0.5) < 1e-7); /* 0 disables clipping */
-    cr_assert_eq(ga[0], 0.3f);
-    cr_assert_eq(ga[1], 0.4f);
-}
-
-Test(optim_clip, non_finite_norm_is_reported_not_spread) {
-    float a[3] = {0}, ga[3] = {1.0f, NAN, 2.0f};
-    optim_param param = {.name = "a", .data = a, .grad = ga, .ndim = 1, .shape = {3}, .size = 3};
-    cr_assert(isnan(optim_clip_grad_norm(&param, 1, 1.0)));
-    cr_assert_eq(ga[0], 1.0f);
-    cr_assert_eq(ga[2], 2.0f);
-}
-
-/* A big tensor (parallel path): the norm equals a plain double sum, and averaging scales exactly. */
-Test(optim_clip, large_norm_and_scale) {
-    enum { N = 200001 };
-    static float x[N], g[N];
-    double sum = 0;
-    for (int i = 0; i < N; i++) {
-        g[i] = (float)((i % 7) - 3) * 0.25f;
-        sum += (double)g[i] * g[i];
-    }
-    optim_param param = {.name = "x", .data = x, .grad = g, .ndim = 1, .shape = {N}, .size = N};
-    cr_assert(fabs(optim_grad_norm(&param, 1) - sqrt(sum)) < 1e-9 * sqrt(sum));
-    optim_scale_grads(&param, 1, 0.5f);
-    cr_assert_eq(g[6], 0.375f); /* (6 % 7 - 3) * 0.25 * 0.5 */
 }

@@ -1,6 +1,7 @@
 /* The data-parallel step (train/parallel_step.h) against its definition: one
  * tape over the whole batch (model_forward + ag_backward) for the gradients
- * and losses, and optim_clip_grad_norm + optim_step + model_zero_grad for the
+ * and losses, and the optimizer's pass on that one gradient (one thread, no
+ * copies; tests/test_optim_*.c check it against closed forms) for the
  * update. Batches of 5 rows split 2 + 3, so the rows' weights matter. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 #include "kernels/gemm.h"
 #include "models/model.h"
 #include "optim/optim.h"
+#include "support/optim_flat.h"
 #include "train/parallel_step.h"
 #include "train/trainer.h"
 
@@ -38,7 +40,8 @@ static void make_model(model *m, const model_config *c, uint64_t seed) {
     dt_rng_seed(&rng, seed);
     model_init_weights(m, &rng);
     for (int i = 0; i < m->n_params; i++)
-        if (strstr(m->params[i].name, "couple")) dt_rng_fill_normal(&rng, dt_f32(m->params[i].tensor), m->params[i].tensor->size, 0.5f);
+        if (strstr(m->params[i].name, "couple"))
+            dt_rng_fill_normal(&rng, dt_f32(m->params[i].tensor), m->params[i].tensor->size, 0.5f);
 }
 
 static void make_batch(dt_tensor **inputs, dt_tensor **targets, uint64_t seed) {
@@ -65,7 +68,9 @@ static void trained_init(trained *t, const model_config *c, uint64_t seed) {
     cr_assert_not_null(t->params);
     trainer_describe_params(&t->m, t->params);
     optim_hparams hp = optim_hparams_default();
-    cr_assert_eq(optim_init(&t->opt, OPTIM_ADAMW, t->params, t->m.n_params, &hp), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(optim_init(&t->opt, OPTIM_ADAMW, t->params, t->m.n_params, t->m.params_memory, t->m.grads_memory,
+                            t->m.n_floats, &hp),
+                 DT_OK, "%s", dt_error_message());
 }
 
 static void trained_free(trained *t) {
@@ -78,7 +83,8 @@ static void trained_free(trained *t) {
 static double max_grad(const model *m) {
     double g = 0.0;
     for (int i = 0; i < m->n_params; i++)
-        for (int64_t j = 0; j < m->params[i].tensor->size; j++) g = fmax(g, fabs(m->params[i].tensor->grad[j]));
+        for (int64_t j = 0; j < m->params[i].tensor->size; j++)
+            g = fmax(g, fabs(m->params[i].tensor->grad[j]));
     return g;
 }
 
@@ -92,7 +98,7 @@ static void check_gradients(model_family family, model_branch branch) {
     make_batch(&inputs, &targets, 3);
 
     train_parallel p;
-    cr_assert_eq(train_parallel_init(&p, &split.m, &split.opt, B, T, 2, 1), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(train_parallel_init(&p, &split.m, &split.opt, NULL, B, T, 2, 1), DT_OK, "%s", dt_error_message());
     cr_assert_eq(p.n_workers, 2, "the batch's rows are split over the two threads");
     train_parallel_losses losses;
     cr_assert_eq(train_parallel_forward_backward(&p, inputs, targets, &losses), DT_OK, "%s", dt_error_message());
@@ -102,7 +108,8 @@ static void check_gradients(model_family family, model_branch branch) {
             const dt_tensor *mine = split.m.params[i].tensor, *theirs = p.replicas[r].params[i].tensor;
             cr_assert(theirs->data == mine->data, "a replica shares the weights");
             cr_assert(theirs->grad != mine->grad, "a replica has its own gradient");
-            for (int64_t j = 0; j < mine->size; j++) mine->grad[j] += theirs->grad[j];
+            for (int64_t j = 0; j < mine->size; j++)
+                mine->grad[j] += theirs->grad[j];
         }
 
     ag_ctx ctx;
@@ -110,8 +117,8 @@ static void check_gradients(model_family family, model_branch branch) {
     model_outputs out;
     cr_assert_eq(model_forward(&whole.m, &ctx, inputs, targets, &out), DT_OK, "%s", dt_error_message());
     cr_assert_eq(ag_backward(&ctx, out.loss), DT_OK, "%s", dt_error_message());
-    cr_assert(fabs(losses.objective - dt_f32(out.loss)[0]) <= 1e-5 * fabs(dt_f32(out.loss)[0]), "objective %.9g vs %.9g",
-              losses.objective, (double)dt_f32(out.loss)[0]);
+    cr_assert(fabs(losses.objective - dt_f32(out.loss)[0]) <= 1e-5 * fabs(dt_f32(out.loss)[0]),
+              "objective %.9g vs %.9g", losses.objective, (double)dt_f32(out.loss)[0]);
     cr_assert(fabs(losses.loss - dt_f32(out.loss_reported)[0]) <= 1e-5 * fabs(dt_f32(out.loss_reported)[0]));
     if (branch == BRANCH_DECODE) {
         cr_assert(fabs(losses.loss_branch - dt_f32(out.loss_branch)[0]) <= 1e-5 * fabs(dt_f32(out.loss_branch)[0]));
@@ -151,14 +158,14 @@ Test(train_parallel, moe_decode_branch_gradients_equal_one_tape) { check_gradien
  * the two summation orders; with eps = 1 the update is smooth in the gradient
  * and the comparison checks the plumbing (sum, scale, norm, clip, chunks,
  * decay, zeroing) tightly. */
-Test(train_parallel, update_equals_clip_and_optim_step) {
+Test(train_parallel, update_equals_one_tape_and_the_optimizer_pass) {
     const model_config c = tiny_config(FAMILY_NANOGPT, BRANCH_DECODE);
     trained split, whole;
     trained_init(&split, &c, 11);
     trained_init(&whole, &c, 11);
     split.opt.hp.eps = whole.opt.hp.eps = 1.0;
     train_parallel p;
-    cr_assert_eq(train_parallel_init(&p, &split.m, &split.opt, B, T, 2, 1), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(train_parallel_init(&p, &split.m, &split.opt, NULL, B, T, 2, 1), DT_OK, "%s", dt_error_message());
     ag_ctx ctx;
     cr_assert_eq(ag_ctx_init(&ctx, 0), DT_OK);
     const double lr = 3e-3, max_norm = 0.5; /* a norm the gradients exceed: clipping acts */
@@ -168,9 +175,10 @@ Test(train_parallel, update_equals_clip_and_optim_step) {
         train_parallel_losses losses;
         /* two micro-batches, averaged */
         for (int micro = 0; micro < 2; micro++)
-            cr_assert_eq(train_parallel_forward_backward(&p, inputs, targets, &losses), DT_OK, "%s", dt_error_message());
+            cr_assert_eq(train_parallel_forward_backward(&p, inputs, targets, &losses), DT_OK, "%s",
+                         dt_error_message());
         double norm;
-        train_parallel_update(&p, lr, 0.0, 0.5f, max_norm, &norm);
+        cr_assert_eq(train_parallel_update(&p, lr, 0.0, 0.5f, max_norm, &norm), DT_OK);
 
         for (int micro = 0; micro < 2; micro++) {
             ag_reset(&ctx);
@@ -178,10 +186,8 @@ Test(train_parallel, update_equals_clip_and_optim_step) {
             cr_assert_eq(model_forward(&whole.m, &ctx, inputs, targets, &out), DT_OK);
             cr_assert_eq(ag_backward(&ctx, out.loss), DT_OK);
         }
-        optim_scale_grads(whole.params, whole.m.n_params, 0.5f);
-        const double expected_norm = optim_clip_grad_norm(whole.params, whole.m.n_params, max_norm);
-        optim_step(&whole.opt, lr, 0.0);
-        model_zero_grad(&whole.m);
+        double expected_norm;
+        cr_assert_eq(optim_flat_step(&whole.opt, lr, 0.0, 0.5f, max_norm, &expected_norm), DT_OK);
         cr_assert(expected_norm > max_norm, "the test wants clipping to act (norm %g)", expected_norm);
         cr_assert(fabs(norm - expected_norm) <= 1e-5 * expected_norm, "step %d: norm %.9g vs %.9g", step, norm,
                   expected_norm);
@@ -197,7 +203,8 @@ Test(train_parallel, update_equals_clip_and_optim_step) {
             cr_assert_eq(a->grad[j], 0.0f, "gradients are zeroed after the update");
         }
         for (int r = 0; r < p.n_workers - 1; r++)
-            for (int64_t j = 0; j < a->size; j++) cr_assert_eq(p.replicas[r].params[i].tensor->grad[j], 0.0f);
+            for (int64_t j = 0; j < a->size; j++)
+                cr_assert_eq(p.replicas[r].params[i].tensor->grad[j], 0.0f);
     }
     ag_ctx_free(&ctx);
     train_parallel_free(&p);
@@ -211,7 +218,7 @@ Test(train_parallel, non_finite_norm_updates_nothing) {
     trained t;
     trained_init(&t, &c, 5);
     train_parallel p;
-    cr_assert_eq(train_parallel_init(&p, &t.m, &t.opt, B, T, 2, 1), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(train_parallel_init(&p, &t.m, &t.opt, NULL, B, T, 2, 1), DT_OK, "%s", dt_error_message());
     dt_tensor *inputs, *targets;
     make_batch(&inputs, &targets, 4);
     train_parallel_losses losses;
@@ -220,7 +227,7 @@ Test(train_parallel, non_finite_norm_updates_nothing) {
     float *before = malloc((size_t)t.m.params[0].tensor->size * sizeof(float));
     memcpy(before, dt_f32(t.m.params[0].tensor), (size_t)t.m.params[0].tensor->size * sizeof(float));
     double norm;
-    train_parallel_update(&p, 1e-3, 0.0, 1.0f, 1.0, &norm);
+    cr_assert_eq(train_parallel_update(&p, 1e-3, 0.0, 1.0f, 1.0, &norm), DT_OK);
     cr_assert(isnan(norm));
     cr_assert_eq(t.opt.step, 0, "no optimizer step was taken");
     cr_assert(memcmp(before, dt_f32(t.m.params[0].tensor), (size_t)t.m.params[0].tensor->size * sizeof(float)) == 0);
@@ -236,10 +243,10 @@ Test(train_parallel, worker_counts_and_bad_batches) {
     trained t;
     trained_init(&t, &c, 5);
     train_parallel p;
-    cr_assert_eq(train_parallel_init(&p, &t.m, &t.opt, 2, T, 3, 1), DT_OK);
+    cr_assert_eq(train_parallel_init(&p, &t.m, &t.opt, NULL, 2, T, 3, 1), DT_OK);
     cr_assert_eq(p.n_workers, 2, "never more workers than rows");
     train_parallel_free(&p);
-    cr_assert_eq(train_parallel_init(&p, &t.m, &t.opt, B, T, 2, 0), DT_OK);
+    cr_assert_eq(train_parallel_init(&p, &t.m, &t.opt, NULL, B, T, 2, 0), DT_OK);
     cr_assert_eq(p.n_workers, 1, "split_rows = 0: one tape");
     dt_tensor *wrong = dt_tensor_new(DT_I32, DT_SHAPE(B, T - 1));
     train_parallel_losses losses;
@@ -247,6 +254,6 @@ Test(train_parallel, worker_counts_and_bad_batches) {
     cr_assert(strstr(dt_error_message(), "int32 [5, 8]"), "%s", dt_error_message());
     dt_tensor_free(wrong);
     train_parallel_free(&p);
-    cr_assert_eq(train_parallel_init(&p, &t.m, &t.opt, 0, T, 2, 1), DT_ERR);
+    cr_assert_eq(train_parallel_init(&p, &t.m, &t.opt, NULL, 0, T, 2, 1), DT_ERR);
     trained_free(&t);
 }

@@ -57,12 +57,12 @@ static dt_status write_optim(hid_t file, const optimizer *opt) {
         const optim_param *p = &opt->params[i];
         if (optim_is_muon(opt, i)) {
             snprintf(name, sizeof name, "muon/%s", p->name);
-            status = write_f32_checked(group, name, opt->momentum[i], p->ndim, p->shape);
+            status = write_f32_checked(group, name, optim_muon_momentum(opt, i), p->ndim, p->shape);
         } else {
             snprintf(name, sizeof name, "m/%s", p->name);
-            status = write_f32_checked(group, name, opt->m[i], p->ndim, p->shape);
+            status = write_f32_checked(group, name, optim_adamw_m(opt, i), p->ndim, p->shape);
             snprintf(name, sizeof name, "v/%s", p->name);
-            if (status == DT_OK) status = write_f32_checked(group, name, opt->v[i], p->ndim, p->shape);
+            if (status == DT_OK) status = write_f32_checked(group, name, optim_adamw_v(opt, i), p->ndim, p->shape);
         }
     }
     H5Gclose(group);
@@ -328,12 +328,12 @@ dt_status train_checkpoint_read_optim(const char *path, optimizer *opt) {
         const optim_param *p = &opt->params[i];
         if (optim_is_muon(opt, i)) {
             snprintf(name, sizeof name, "muon/%s", p->name);
-            status = read_f32_checked(group, name, opt->momentum[i], p->ndim, p->shape);
+            status = read_f32_checked(group, name, optim_muon_momentum(opt, i), p->ndim, p->shape);
         } else {
             snprintf(name, sizeof name, "m/%s", p->name);
-            status = read_f32_checked(group, name, opt->m[i], p->ndim, p->shape);
+            status = read_f32_checked(group, name, optim_adamw_m(opt, i), p->ndim, p->shape);
             snprintf(name, sizeof name, "v/%s", p->name);
-            if (status == DT_OK) status = read_f32_checked(group, name, opt->v[i], p->ndim, p->shape);
+            if (status == DT_OK) status = read_f32_checked(group, name, optim_adamw_v(opt, i), p->ndim, p->shape);
         }
     }
     if (status == DT_OK) opt->step = step;

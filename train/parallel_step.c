@@ -1,6 +1,8 @@
 /* Data-parallel training step (see parallel_step.h): weight-sharing replicas
- * with their own gradients, one tape per worker, and the fused update pass
- * (sum over workers, scale, norm, clip, AdamW or Muon, zero).
+ * with flat gradient buffers of their own, one tape per worker, the MoE
+ * balance fractions combined between the forward and the backward, and the
+ * call of the optimizer's fused update pass (optim/update.c) with the
+ * replicas' gradients as the copies it sums.
  *
  * Determinism: rows go to workers by a fixed split, and the update's work is
  * a fixed list of chunks whose squared sums are added in list order, so a run
@@ -18,18 +20,8 @@
 #include "autograd/ops.h"
 #include "kernels/gemm.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
-/* Floats per chunk of the update pass: small enough that a chunk's gradient,
- * weights and moments stay in L2 between the reduction and the update, large
- * enough that the chunk list stays short. */
-#define UPDATE_CHUNK 16384
 enum { MESSAGE_SIZE = 512 };
 
-/* The buffers a replica adds: each parameter a new header over the same
- * weights with a zeroed gradient of its own. */
 static float *zeroed_floats(int64_t n) {
     void *p = NULL;
     size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
@@ -62,25 +54,25 @@ static void remap_block(const model *m, const model *replica, model_block_weight
 
 static void replica_free(model *replica) {
     if (replica->params)
-        for (int i = 0; i < replica->n_params; i++) {
-            dt_tensor *t = replica->params[i].tensor;
-            if (!t) continue;
-            free(t->grad);
-            free(t);
-        }
+        for (int i = 0; i < replica->n_params; i++)
+            free(replica->params[i].tensor);
     free(replica->params);
     free(replica->layers);
+    free(replica->grads_memory);
     memset(replica, 0, sizeof *replica);
 }
 
-/* A model sharing m's weights (and RoPE table) with gradients of its own. */
+/* A model sharing m's weights (and RoPE table) with a flat gradient buffer
+ * of its own, laid out like m's. */
 static dt_status replica_init(model *replica, const model *m) {
     *replica = *m;
     replica->params = calloc((size_t)m->n_params, sizeof *replica->params);
     replica->layers = calloc((size_t)m->config.n_layer, sizeof *replica->layers);
-    if (!replica->params || !replica->layers) {
+    replica->grads_memory = zeroed_floats(m->n_floats);
+    if (!replica->params || !replica->layers || !replica->grads_memory) {
         free(replica->params);
         free(replica->layers);
+        free(replica->grads_memory);
         memset(replica, 0, sizeof *replica);
         return dt_errorf("parallel step: out of memory for a model replica");
     }
@@ -89,11 +81,9 @@ static dt_status replica_init(model *replica, const model *m) {
         dt_tensor *t = malloc(sizeof *t);
         replica->params[i].tensor = t;
         if (!t) goto oom;
-        *t = *m->params[i].tensor;
-        t->heap_owned = 0; /* the weights are m's */
+        *t = *m->params[i].tensor; /* a view of m's weights */
         t->producer = NULL;
-        t->grad = zeroed_floats(t->size);
-        if (!t->grad) goto oom;
+        t->grad = replica->grads_memory + (m->params[i].tensor->grad - m->grads_memory);
     }
     replica->tok_emb = remap(m, replica, m->tok_emb);
     replica->pos_emb = remap(m, replica, m->pos_emb);
@@ -120,108 +110,58 @@ oom:
     return dt_errorf("parallel step: out of memory for a model replica's gradients");
 }
 
-static int64_t muon_rows(const optim_param *p) { return p->shape[p->ndim - 2]; }
-static int64_t muon_cols(const optim_param *p) { return p->shape[p->ndim - 1]; }
-
-/* The update's work list: AdamW parameters in chunks, Muon matrices whole. */
-static dt_status build_chunks(train_parallel *p) {
-    const optimizer *opt = p->opt;
-    int n = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        n = 0;
-        for (int i = 0; i < opt->n_params; i++) {
-            const int64_t size = opt->params[i].size;
-            if (optim_is_muon(opt, i)) {
-                if (pass) p->chunks[n] = (train_parallel_chunk){.param = i, .offset = 0, .length = size};
-                n++;
-                continue;
-            }
-            for (int64_t offset = 0; offset < size; offset += UPDATE_CHUNK) {
-                if (pass)
-                    p->chunks[n] = (train_parallel_chunk){
-                        .param = i, .offset = offset, .length = size - offset < UPDATE_CHUNK ? size - offset : UPDATE_CHUNK};
-                n++;
-            }
-        }
-        if (!pass) {
-            p->chunks = calloc((size_t)(n > 0 ? n : 1), sizeof *p->chunks);
-            p->chunk_sums = calloc((size_t)(n > 0 ? n : 1), sizeof *p->chunk_sums);
-            if (!p->chunks || !p->chunk_sums) return dt_errorf("parallel step: out of memory for the update plan");
-        }
-    }
-    p->n_chunks = n;
-    return DT_OK;
-}
-
-dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, int64_t batch_size, int64_t seq_len,
-                              int n_threads, int split_rows) {
+dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, const dt_comm *comm, int64_t batch_size,
+                              int64_t seq_len, int n_threads, int split_rows) {
     memset(p, 0, sizeof *p);
     p->model = m;
     p->opt = opt;
+    p->comm = comm ? comm : dt_comm_single();
     p->batch_size = batch_size;
     p->seq_len = seq_len;
     if (batch_size < 1 || seq_len < 1)
         return dt_errorf("parallel step: batch %lld x %lld (both must be positive)", (long long)batch_size,
                          (long long)seq_len);
+    if (opt->data != m->params_memory || opt->grad != m->grads_memory || opt->n_floats != m->n_floats)
+        return dt_errorf("parallel step: the optimizer does not describe the model's flat buffers "
+                         "(trainer_describe_params)");
     if (n_threads <= 0) n_threads = k_get_threads();
     int workers = split_rows ? n_threads : 1;
     if (workers > batch_size) workers = (int)batch_size;
     if (workers < 1) workers = 1;
     p->n_workers = workers;
     p->n_update_threads = n_threads;
+    if (optim_reserve_threads(opt, n_threads) != DT_OK) return DT_ERR;
 
-    /* Which model parameter each optimizer parameter is (by its weights). */
-    p->param_index = calloc((size_t)(opt->n_params > 0 ? opt->n_params : 1), sizeof *p->param_index);
-    if (!p->param_index) goto oom;
-    for (int i = 0; i < opt->n_params; i++) {
-        p->param_index[i] = -1;
-        for (int j = 0; j < m->n_params; j++)
-            if (dt_f32(m->params[j].tensor) == opt->params[i].data) p->param_index[i] = j;
-        if (p->param_index[i] < 0 || opt->params[i].grad != m->params[p->param_index[i]].tensor->grad) {
-            dt_errorf("parallel step: optimizer parameter '%s' is not a parameter of the model",
-                      opt->params[i].name ? opt->params[i].name : "?");
-            train_parallel_free(p);
-            return DT_ERR;
-        }
-    }
-    if (build_chunks(p) != DT_OK) {
-        train_parallel_free(p);
-        return DT_ERR;
-    }
-
-    const int slots = workers > n_threads ? workers : n_threads; /* the update may use more threads than split rows */
     p->contexts = calloc((size_t)workers, sizeof *p->contexts);
     p->row_begin = calloc((size_t)workers + 1, sizeof *p->row_begin);
     p->input_views = calloc((size_t)workers, sizeof *p->input_views);
     p->target_views = calloc((size_t)workers, sizeof *p->target_views);
     p->outputs = calloc((size_t)workers, sizeof *p->outputs);
-    p->muon_work = calloc((size_t)slots, sizeof *p->muon_work);
-    if (!p->contexts || !p->row_begin || !p->input_views || !p->target_views || !p->outputs || !p->muon_work) goto oom;
+    p->extra_grads = calloc((size_t)workers, sizeof *p->extra_grads);
+    if (!p->contexts || !p->row_begin || !p->input_views || !p->target_views || !p->outputs || !p->extra_grads)
+        goto oom;
+    if (m->config.family == FAMILY_MOE) {
+        p->balance_sums = calloc((size_t)(2 * m->config.n_layer * m->config.n_expert), sizeof *p->balance_sums);
+        if (!p->balance_sums) goto oom;
+    }
     for (int w = 0; w < workers; w++)
         if (ag_ctx_init(&p->contexts[w], 0) != DT_OK) {
             train_parallel_free(p);
             return DT_ERR;
         }
-    for (int w = 0; w <= workers; w++) p->row_begin[w] = batch_size * w / workers;
+    for (int w = 0; w <= workers; w++)
+        p->row_begin[w] = batch_size * w / workers;
     if (workers > 1) {
         p->replicas = calloc((size_t)(workers - 1), sizeof *p->replicas);
         if (!p->replicas) goto oom;
-        for (int r = 0; r < workers - 1; r++)
+        for (int r = 0; r < workers - 1; r++) {
             if (replica_init(&p->replicas[r], m) != DT_OK) {
                 train_parallel_free(p);
                 return DT_ERR;
             }
-    }
-    /* Newton-Schulz scratch per thread: optim_step's single workspace would be shared. */
-    int64_t muon_floats = 0;
-    for (int i = 0; i < opt->n_params; i++)
-        if (optim_is_muon(opt, i)) {
-            int64_t need = optim_muon_work_floats(muon_rows(&opt->params[i]), muon_cols(&opt->params[i]));
-            if (need > muon_floats) muon_floats = need;
+            p->extra_grads[r] = p->replicas[r].grads_memory;
         }
-    if (muon_floats > 0)
-        for (int t = 0; t < slots; t++)
-            if (!(p->muon_work[t] = zeroed_floats(muon_floats))) goto oom;
+    }
     return DT_OK;
 oom:
     train_parallel_free(p);
@@ -230,20 +170,16 @@ oom:
 
 void train_parallel_free(train_parallel *p) {
     if (p->replicas)
-        for (int r = 0; r < p->n_workers - 1; r++) replica_free(&p->replicas[r]);
+        for (int r = 0; r < p->n_workers - 1; r++)
+            replica_free(&p->replicas[r]);
     free(p->replicas);
     if (p->contexts)
-        for (int w = 0; w < p->n_workers; w++) ag_ctx_free(&p->contexts[w]);
+        for (int w = 0; w < p->n_workers; w++)
+            ag_ctx_free(&p->contexts[w]);
     free(p->contexts);
-    if (p->muon_work) {
-        const int slots = p->n_workers > p->n_update_threads ? p->n_workers : p->n_update_threads;
-        for (int t = 0; t < slots; t++) free(p->muon_work[t]);
-    }
-    free(p->muon_work);
     free(p->row_begin);
-    free(p->param_index);
-    free(p->chunks);
-    free(p->chunk_sums);
+    free(p->extra_grads);
+    free(p->balance_sums);
     free(p->input_views);
     free(p->target_views);
     free(p->outputs);
@@ -263,7 +199,8 @@ static double scalar_or_nan(const dt_tensor *x) { return x ? (double)dt_f32(x)[0
 static double mean_or_nan(const dt_tensor *x) {
     if (!x) return NAN;
     double sum = 0.0;
-    for (int64_t i = 0; i < x->size; i++) sum += dt_f32(x)[i];
+    for (int64_t i = 0; i < x->size; i++)
+        sum += dt_f32(x)[i];
     return sum / (double)x->size;
 }
 
@@ -324,16 +261,21 @@ static dt_status worker_backward(train_parallel *p, int w, const int64_t *row_be
 /* The MoE balance term of the whole batch (SPEC §1: f and the mean router
  * probabilities are batch means, and the term is their product, so it does
  * not split over rows). After every worker's forward: f of the batch is the
- * row-weighted mean of the workers' f, and it replaces each worker's f where
+ * row-weighted mean of the workers' f (and, when `across_processes`, the
+ * mean of that over the processes, through the communicator: every process
+ * holds an equal share of the batch), and it replaces each worker's f where
  * its balance terms' backward reads it; the gradient then is the whole
- * batch's exactly. Returns the correction to add to the row-weighted mean of
- * the workers' objectives to make it the whole batch's objective. */
-static double combine_balance(train_parallel *p, const int64_t *row_begin, int64_t total_rows) {
+ * batch's exactly. *correction gets what to add to the row-weighted mean of
+ * this process's workers' objectives to make it the whole batch's objective
+ * (up to the mean of the processes' cross-entropies). */
+static dt_status combine_balance(train_parallel *p, const int64_t *row_begin, int64_t total_rows, int across_processes,
+                                 double *correction) {
     const model_config *c = &p->model->config;
     int64_t layers = 0;
     for (int w = 0; w < p->n_workers; w++)
         if (p->outputs[w].loss) layers = p->outputs[w].moe_layers;
     const int64_t E = c->n_expert;
+    double *fractions = p->balance_sums, *mean_probs = p->balance_sums + layers * E; // [layers, E] each
     double aux_workers = 0.0, aux_batch = 0.0;
     for (int64_t l = 0; l < layers; l++) {
         for (int64_t e = 0; e < E; e++) {
@@ -345,6 +287,19 @@ static double combine_balance(train_parallel *p, const int64_t *row_begin, int64
                 f += weight * out->balance_fractions[l][e];
                 mean_prob += weight * out->router_mean_probs[l * E + e];
             }
+            fractions[l * E + e] = f;
+            mean_probs[l * E + e] = mean_prob;
+        }
+    }
+    double processes = 1.0;
+    if (across_processes && p->comm->size > 1) {
+        if (p->comm->allreduce_f64(p->comm, p->balance_sums, 2 * layers * E) != DT_OK)
+            return dt_error_context("parallel step: the MoE balance fractions over %d processes", p->comm->size);
+        processes = (double)p->comm->size;
+    }
+    for (int64_t l = 0; l < layers; l++) {
+        for (int64_t e = 0; e < E; e++) {
+            const double f = fractions[l * E + e] / processes, mean_prob = mean_probs[l * E + e] / processes;
             aux_batch += (double)E * f * mean_prob;
             for (int w = 0; w < p->n_workers; w++)
                 if (p->outputs[w].loss) p->outputs[w].balance_fractions[l][e] = (float)f;
@@ -357,17 +312,22 @@ static double combine_balance(train_parallel *p, const int64_t *row_begin, int64
         aux_workers += weight * scalar_or_nan(out->aux);
     }
     /* aux is the mean over layers, weighted by aux_loss_coef in the objective. */
-    return c->aux_loss_coef * (aux_batch / (double)c->n_layer - aux_workers);
+    *correction = c->aux_loss_coef * (aux_batch / (double)c->n_layer - aux_workers);
+    return DT_OK;
 }
 
 /* Runs every worker on its rows [row_begin[w], row_begin[w + 1]) of a batch
  * of total_rows rows in one parallel region (forward, then backward when
- * `backward`; MoE adds a barrier between them for combine_balance); *losses
- * gets the row-weighted means. */
+ * `backward`; MoE adds a barrier between them for combine_balance, which a
+ * training step makes across the processes too: evaluation does not need the
+ * batch's fractions, and its batches need not be collective); *losses gets
+ * the row-weighted means. */
 static dt_status run_workers(train_parallel *p, const dt_tensor *inputs, const dt_tensor *targets,
-                             const int64_t *row_begin, int64_t total_rows, int backward, train_parallel_losses *losses) {
+                             const int64_t *row_begin, int64_t total_rows, int backward,
+                             train_parallel_losses *losses) {
     const int workers = p->n_workers;
     const int is_moe = p->model->arch.n_expert > 0;
+    const int across_processes = backward && p->comm->size > 1;
     enum { MAX_WORKERS = 256 };
     if (workers > MAX_WORKERS) return dt_errorf("parallel step: %d workers (at most %d)", workers, MAX_WORKERS);
     dt_status status[MAX_WORKERS];
@@ -378,15 +338,22 @@ static dt_status run_workers(train_parallel *p, const dt_tensor *inputs, const d
     {
         /* A runtime may hand out fewer threads than asked: then a thread takes several workers. */
         const int thread = omp_get_thread_num(), n_threads = omp_get_num_threads();
-        for (int w = thread; w < workers; w += n_threads) status[w] = worker_forward(p, w, inputs, targets, row_begin, backward);
-        if (is_moe && workers > 1) {
+        for (int w = thread; w < workers; w += n_threads)
+            status[w] = worker_forward(p, w, inputs, targets, row_begin, backward);
+        if (is_moe && (workers > 1 || across_processes)) {
 #pragma omp barrier
-#pragma omp single
+#pragma omp master
             {
                 int all_ok = 1;
-                for (int w = 0; w < workers; w++) all_ok &= status[w] == DT_OK;
-                if (all_ok) objective_correction = combine_balance(p, row_begin, total_rows);
-            } /* implicit barrier: every f is the batch's before any backward */
+                for (int w = 0; w < workers; w++)
+                    all_ok &= status[w] == DT_OK;
+                /* The main thread: the communicator's calls stay on it (comm.h). */
+                if (all_ok &&
+                    combine_balance(p, row_begin, total_rows, across_processes, &objective_correction) != DT_OK)
+                    status[0] = DT_ERR;
+            }
+#pragma omp barrier
+            /* every f is the batch's before any backward */
         }
         if (backward)
             for (int w = thread; w < workers; w += n_threads)
@@ -414,7 +381,8 @@ static dt_status run_workers(train_parallel *p, const dt_tensor *inputs, const d
     }
     losses->objective += objective_correction;
     if (!backward)
-        for (int w = 0; w < workers; w++) ag_reset(&p->contexts[w]);
+        for (int w = 0; w < workers; w++)
+            ag_reset(&p->contexts[w]);
     return DT_OK;
 }
 
@@ -440,195 +408,24 @@ dt_status train_parallel_evaluate(train_parallel *p, const dt_tensor *inputs, co
         return dt_errorf("parallel step: %lld rows to evaluate (1 to %lld)", (long long)rows, (long long)p->batch_size);
     enum { MAX_WORKERS = 256 };
     int64_t row_begin[MAX_WORKERS + 1];
-    if (p->n_workers > MAX_WORKERS) return dt_errorf("parallel step: %d workers (at most %d)", p->n_workers, MAX_WORKERS);
-    for (int w = 0; w <= p->n_workers; w++) row_begin[w] = rows * w / p->n_workers;
+    if (p->n_workers > MAX_WORKERS)
+        return dt_errorf("parallel step: %d workers (at most %d)", p->n_workers, MAX_WORKERS);
+    for (int w = 0; w <= p->n_workers; w++)
+        row_begin[w] = rows * w / p->n_workers;
     return run_workers(p, inputs, targets, row_begin, rows, 0, losses);
 }
 
-/* Chunks [first, last) of thread `thread` of n: contiguous runs holding about
- * equal numbers of floats. */
-static void chunk_range(const train_parallel *p, int thread, int n, int *first, int *last) {
-    int64_t total = 0;
-    for (int c = 0; c < p->n_chunks; c++) total += p->chunks[c].length;
-    const int64_t begin = total * thread / n, end = total * (thread + 1) / n;
-    int64_t position = 0;
-    *first = p->n_chunks;
-    *last = p->n_chunks;
-    for (int c = 0; c < p->n_chunks; c++) {
-        if (position >= begin && *first == p->n_chunks) *first = c;
-        if (position >= end) {
-            *last = c;
-            break;
-        }
-        position += p->chunks[c].length;
-    }
-    if (*first > *last) *first = *last;
-}
-
-/* Independent double accumulators of a chunk's sum of squares: with one
- * running sum every addition waits for the previous one (about 4 cycles per
- * float, half a millisecond per nanoGPT-baby step); lanes vectorise and
- * overlap. They are added in a fixed order, so the sum is still the same on
- * every run and at every thread count. */
-enum { SQUARE_LANES = 16 };
-
-/* Pass 1 on one chunk: gradient = grad_scale * (sum over workers), replicas
- * zeroed; returns the chunk's sum of squares. One sweep over the chunk when
- * there is one replica (two workers), the common case. */
-static double reduce_chunk(train_parallel *p, const train_parallel_chunk *chunk, float grad_scale) {
-    const optim_param *param = &p->opt->params[chunk->param];
-    float *restrict grad = param->grad + chunk->offset; // [length]
-    const int64_t n = chunk->length;
-    const int n_replicas = p->n_workers - 1;
-    double lanes[SQUARE_LANES] = {0};
-    int64_t i = 0;
-    if (n_replicas == 1) {
-        float *restrict other = p->replicas[0].params[p->param_index[chunk->param]].tensor->grad + chunk->offset; // [length]
-        for (; i + SQUARE_LANES <= n; i += SQUARE_LANES)
-            for (int j = 0; j < SQUARE_LANES; j++) {
-                const float g = (grad[i + j] + other[i + j]) * grad_scale; /* * 1.0f is exact */
-                grad[i + j] = g;
-                other[i + j] = 0.0f;
-                lanes[j] += (double)g * (double)g;
-            }
-        for (; i < n; i++) {
-            const float g = (grad[i] + other[i]) * grad_scale;
-            grad[i] = g;
-            other[i] = 0.0f;
-            lanes[0] += (double)g * (double)g;
-        }
-    } else {
-        for (int r = 0; r < n_replicas; r++) {
-            float *restrict other = p->replicas[r].params[p->param_index[chunk->param]].tensor->grad + chunk->offset; // [length]
-            for (int64_t k = 0; k < n; k++) grad[k] += other[k];
-            memset(other, 0, (size_t)n * sizeof *other);
-        }
-        for (; i + SQUARE_LANES <= n; i += SQUARE_LANES)
-            for (int j = 0; j < SQUARE_LANES; j++) {
-                const float g = grad[i + j] * grad_scale;
-                grad[i + j] = g;
-                lanes[j] += (double)g * (double)g;
-            }
-        for (; i < n; i++) {
-            const float g = grad[i] * grad_scale;
-            grad[i] = g;
-            lanes[0] += (double)g * (double)g;
-        }
-    }
-    double sum = 0.0;
-    for (int j = 0; j < SQUARE_LANES; j++) sum += lanes[j];
-    return sum;
-}
-
-/* AdamW's per-step constants (optim_adamw_update's, computed once per update). */
-typedef struct adamw_constants {
-    float step_size, inv_sqrt_bias2, epsilon, b1, b2, one_minus_b1, one_minus_b2;
-} adamw_constants;
-
-static adamw_constants adamw_constants_at(const optim_hparams *hp, int64_t t, double lr) {
-    return (adamw_constants){
-        .step_size = (float)(lr / (1.0 - pow(hp->beta1, (double)t))),
-        .inv_sqrt_bias2 = (float)(1.0 / sqrt(1.0 - pow(hp->beta2, (double)t))),
-        .epsilon = (float)hp->eps,
-        .b1 = (float)hp->beta1,
-        .b2 = (float)hp->beta2,
-        .one_minus_b1 = (float)(1.0 - hp->beta1),
-        .one_minus_b2 = (float)(1.0 - hp->beta2),
+dt_status train_parallel_update(train_parallel *p, double lr, double muon_lr, float grad_scale, double max_norm,
+                                double *grad_norm) {
+    const optim_update_args args = {
+        .lr = lr,
+        .muon_lr = muon_lr,
+        .grad_scale = grad_scale,
+        .max_norm = max_norm,
+        .extra_grads = p->extra_grads,
+        .n_extra = p->n_workers - 1,
+        .comm = p->comm,
+        .n_threads = p->n_update_threads,
     };
-}
-
-/* The clip, AdamW and the zeroed gradient in one sweep over a chunk.
- * The arithmetic is optim_adamw_update's (optim/adamw.c), operation for
- * operation, on the clipped gradient: the same numbers as the clip pass
- * followed by optim_step (tests/test_train_parallel.c and
- * tests/test_train_parallel_update.c check it). It lives
- * here because the chunk is then read once instead of three times, and
- * because optim_adamw_update's sqrtf keeps its loop scalar (without
- * -fno-math-errno, GCC calls sqrtf for negative arguments, so it cannot
- * vectorise the loop): with AVX-512 the sweep runs 16 floats at a time.
- * data, grad, m, v [n] */
-static void adamw_clip_zero(float *restrict data, float *restrict grad, float *restrict m, float *restrict v, int64_t n,
-                            float clip, float decay, const adamw_constants *k) {
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    const __m512 clip16 = _mm512_set1_ps(clip), decay16 = _mm512_set1_ps(decay), b1 = _mm512_set1_ps(k->b1),
-                 b2 = _mm512_set1_ps(k->b2), one_minus_b1 = _mm512_set1_ps(k->one_minus_b1),
-                 one_minus_b2 = _mm512_set1_ps(k->one_minus_b2), step_size = _mm512_set1_ps(k->step_size),
-                 inv_sqrt_bias2 = _mm512_set1_ps(k->inv_sqrt_bias2), epsilon = _mm512_set1_ps(k->epsilon);
-    for (; i + 16 <= n; i += 16) {
-        const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), clip16);
-        const __m512 mi = _mm512_fmadd_ps(b1, _mm512_loadu_ps(m + i), _mm512_mul_ps(one_minus_b1, g));
-        const __m512 vi = _mm512_fmadd_ps(b2, _mm512_loadu_ps(v + i), _mm512_mul_ps(_mm512_mul_ps(one_minus_b2, g), g));
-        _mm512_storeu_ps(m + i, mi);
-        _mm512_storeu_ps(v + i, vi);
-        const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vi), inv_sqrt_bias2, epsilon);
-        const __m512 change = _mm512_div_ps(_mm512_mul_ps(step_size, mi), denom);
-        _mm512_storeu_ps(data + i, _mm512_fmsub_ps(_mm512_loadu_ps(data + i), decay16, change));
-        _mm512_storeu_ps(grad + i, _mm512_setzero_ps());
-    }
-#endif
-    for (; i < n; i++) {
-        const float g = grad[i] * clip;
-        const float mi = k->b1 * m[i] + k->one_minus_b1 * g;
-        const float vi = k->b2 * v[i] + k->one_minus_b2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        const float denom = sqrtf(vi) * k->inv_sqrt_bias2 + k->epsilon;
-        data[i] = data[i] * decay - k->step_size * mi / denom;
-        grad[i] = 0.0f;
-    }
-}
-
-/* Pass 2 on one chunk: clip, the optimizer's update rule, zeroed gradient.
- * Mirrors optim_step's dispatch (AdamW, or Muon for its matrices). */
-static void update_chunk(train_parallel *p, const train_parallel_chunk *chunk, float clip, const adamw_constants *adamw,
-                         double lr, double muon_lr, float *muon_work) {
-    const optimizer *opt = p->opt;
-    const optim_hparams *hp = &opt->hp;
-    const optim_param *param = &opt->params[chunk->param];
-    const int64_t off = chunk->offset, n = chunk->length;
-    float *grad = param->grad + off; // [n]
-    if (optim_is_muon(opt, chunk->param)) {
-        if (clip != 1.0f)
-            for (int64_t i = 0; i < n; i++) grad[i] *= clip;
-        const int64_t rows = muon_rows(param), cols = muon_cols(param);
-        optim_muon_update(param->data, grad, opt->momentum[chunk->param], param->size / (rows * cols), rows, cols,
-                          muon_lr, hp->muon_momentum, hp->muon_nesterov, hp->muon_ns_steps,
-                          param->decay ? hp->muon_weight_decay : 0.0, muon_work);
-        memset(grad, 0, (size_t)n * sizeof *grad);
-    } else {
-        const float decay = (float)(1.0 - lr * (param->decay ? hp->weight_decay : 0.0));
-        adamw_clip_zero(param->data + off, grad, opt->m[chunk->param] + off, opt->v[chunk->param] + off, n, clip, decay,
-                        adamw);
-    }
-}
-
-void train_parallel_update(train_parallel *p, double lr, double muon_lr, float grad_scale, double max_norm,
-                           double *grad_norm) {
-    const int64_t t = p->opt->step + 1;
-    const adamw_constants adamw = adamw_constants_at(&p->opt->hp, t, lr);
-    double norm = 0.0;
-    const int threads = p->n_update_threads > 1 ? p->n_update_threads : 1;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        const int thread = omp_get_thread_num(), n_threads = omp_get_num_threads();
-        int first, last;
-        chunk_range(p, thread, n_threads, &first, &last);
-        for (int c = first; c < last; c++) p->chunk_sums[c] = reduce_chunk(p, &p->chunks[c], grad_scale);
-#pragma omp barrier
-        /* Every thread adds the same sums in the same order: one norm for all. */
-        double total = 0.0;
-        for (int c = 0; c < p->n_chunks; c++) total += p->chunk_sums[c];
-        const double thread_norm = sqrt(total);
-        if (isfinite(thread_norm)) {
-            const float clip =
-                max_norm > 0.0 && thread_norm > max_norm ? (float)(max_norm / (thread_norm + 1e-6)) : 1.0f;
-            float *work = p->muon_work[thread];
-            /* Backwards: the chunks pass 1 touched last are the ones still in this core's cache. */
-            for (int c = last - 1; c >= first; c--) update_chunk(p, &p->chunks[c], clip, &adamw, lr, muon_lr, work);
-        }
-        if (thread == 0) norm = thread_norm;
-    }
-    if (isfinite(norm)) p->opt->step = t;
-    *grad_norm = norm;
+    return optim_update(p->opt, &args, grad_norm);
 }

@@ -62,8 +62,7 @@ void trainer_describe_params(const model *m, optim_param *out) {
         optim_param *o = &out[i];
         memset(o, 0, sizeof *o);
         o->name = p->name;
-        o->data = dt_f32(t);
-        o->grad = t->grad;
+        o->offset = dt_f32(t) - m->params_memory; /* the same in grads_memory */
         o->ndim = t->ndim;
         for (int d = 0; d < t->ndim; d++)
             o->shape[d] = t->shape[d];
@@ -120,13 +119,20 @@ optim_hparams trainer_optim_hparams(const train_config *c) {
     return hp;
 }
 
+dt_status trainer_optimizer_init(optimizer *opt, model *m, const train_config *c) {
+    optim_param *params = calloc((size_t)(m->n_params > 0 ? m->n_params : 1), sizeof *params);
+    if (!params) return dt_errorf("trainer: out of memory");
+    trainer_describe_params(m, params);
+    const optim_hparams hp = trainer_optim_hparams(c);
+    const dt_status status =
+        optim_init(opt, c->optimizer, params, m->n_params, m->params_memory, m->grads_memory, m->n_floats, &hp);
+    free(params); /* optim_init keeps a copy */
+    return status;
+}
+
 static dt_status setup_optimizer(trainer *t) {
     const train_config *c = &t->cfg;
-    t->optim_params = calloc((size_t)t->model.n_params, sizeof *t->optim_params);
-    if (!t->optim_params) return dt_errorf("trainer: out of memory");
-    trainer_describe_params(&t->model, t->optim_params);
-    const optim_hparams hp = trainer_optim_hparams(c);
-    if (optim_init(&t->opt, c->optimizer, t->optim_params, t->model.n_params, &hp) != DT_OK) return DT_ERR;
+    if (trainer_optimizer_init(&t->opt, &t->model, c) != DT_OK) return DT_ERR;
     t->ready |= READY_OPTIM;
     t->schedule = (optim_schedule){
         .kind = c->schedule,
@@ -179,6 +185,7 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     t->cfg = *cfg;
     if (options) t->options = *options;
     t->last_checkpoint_step = -1;
+    t->comm = t->options.comm ? t->options.comm : dt_comm_single();
     const train_config *c = &t->cfg;
     if (c->threads > 0) k_set_threads((int)c->threads);
     t->total_steps = train_config_total_steps(c);
@@ -195,15 +202,27 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     else
         snprintf(t->log_path, sizeof t->log_path, "%s/%s", c->out_dir, c->log_file);
 
+    if (c->batch_size % t->comm->size != 0) {
+        dt_errorf("train.batch_size = %lld does not split evenly over %d processes", (long long)c->batch_size,
+                  t->comm->size);
+        goto fail;
+    }
+    t->rank_rows = c->batch_size / t->comm->size;
     if (setup_model(t) != DT_OK || setup_optimizer(t) != DT_OK || setup_data(t) != DT_OK || setup_state(t) != DT_OK)
         goto fail;
-    /* The step's rows split over the threads (train/parallel_step.h); MoE
-     * and one-thread runs take the plain path inside it. */
-    if (train_parallel_init(&t->parallel, &t->model, &t->opt, c->batch_size, c->seq_len, k_get_threads(), 1) != DT_OK)
+    /* This process's rows split over the threads (train/parallel_step.h);
+     * MoE and one-thread runs take the plain path inside it. */
+    if (train_parallel_init(&t->parallel, &t->model, &t->opt, t->comm, t->rank_rows, c->seq_len, k_get_threads(), 1) !=
+        DT_OK)
         goto fail;
     t->ready |= READY_PARALLEL;
+    /* Every process starts from rank 0's weights (they agree anyway: same seed or same checkpoint). */
+    if (t->comm->broadcast(t->comm, t->model.params_memory, (size_t)t->model.n_floats * sizeof(float), 0) != DT_OK)
+        goto fail;
     int64_t print_every = c->print_every > 0 ? c->print_every : (t->total_steps + 49) / 50;
-    if (train_log_open(&t->log, t->log_path, t->options.resume_path != NULL, t->options.progress, print_every) != DT_OK)
+    const int logs = t->comm->rank == 0; /* one log for the job */
+    if (train_log_open(&t->log, logs ? t->log_path : NULL, t->options.resume_path != NULL,
+                       logs ? t->options.progress : NULL, print_every) != DT_OK)
         goto fail;
     t->ready |= READY_LOG;
     /* The log's first record (and OUT/provenance.json): what produced this run (train/provenance.h). */
@@ -224,10 +243,18 @@ void trainer_free(trainer *t) {
     if (t->ready & READY_LOADER) data_loader_free(&t->loader);
     if (t->ready & READY_TOKENS) data_tokens_close(&t->tokens);
     if (t->ready & READY_OPTIM) optim_free(&t->opt);
-    free(t->optim_params);
     if (t->ready & READY_MODEL) model_free(&t->model);
     free(t->config_text);
     memset(t, 0, sizeof *t);
+}
+
+/* rank_inputs, rank_targets: rows [first, first + rows) of inputs, targets [B, T]. */
+static dt_status rank_views(trainer *t, int64_t first, int64_t rows) {
+    const int64_t T = t->cfg.seq_len;
+    if (dt_tensor_init(&t->rank_inputs, DT_I32, DT_SHAPE(rows, T), dt_i32(t->inputs) + first * T) != DT_OK ||
+        dt_tensor_init(&t->rank_targets, DT_I32, DT_SHAPE(rows, T), dt_i32(t->targets) + first * T) != DT_OK)
+        return DT_ERR;
+    return DT_OK;
 }
 
 dt_status trainer_step(trainer *t, train_step_record *record) {
@@ -237,27 +264,41 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
     /* The final norm's weight: every position of every family reads it. */
     if (t->options.poison_step > 0 && step + 1 == t->options.poison_step) dt_f32(t->model.final_norm)[0] = NAN;
 
-    double objective = 0, loss = 0, loss_primary = 0, loss_branch = 0, alpha = 0;
+    /* Sums over the micro-batches of objective, loss, primary, branch, alpha:
+     * this process's rows, then (several processes) the mean over them. */
+    double sums[5] = {0, 0, 0, 0, 0};
+    const double inv = 1.0 / (double)c->grad_accum;
     for (int64_t micro = 0; micro < c->grad_accum; micro++) {
-        if (data_loader_next(&t->loader, dt_i32(t->inputs), dt_i32(t->targets)) != DT_OK) return DT_ERR;
+        /* Every process draws the whole batch (one seeded stream) and takes its rows. */
+        if (data_loader_next(&t->loader, dt_i32(t->inputs), dt_i32(t->targets)) != DT_OK ||
+            rank_views(t, t->comm->rank * t->rank_rows, t->rank_rows) != DT_OK)
+            return DT_ERR;
         train_parallel_losses losses;
-        if (train_parallel_forward_backward(&t->parallel, t->inputs, t->targets, &losses) != DT_OK)
+        if (train_parallel_forward_backward(&t->parallel, &t->rank_inputs, &t->rank_targets, &losses) != DT_OK)
             return dt_error_context("step %lld", (long long)(step + 1));
-        if (!isfinite(losses.objective))
-            return dt_errorf("step %lld: loss is %g; stopping (the weights are not saved)", (long long)(step + 1),
-                             losses.objective);
-        objective += losses.objective;
-        loss += losses.loss;
-        loss_primary += losses.loss_primary;
-        loss_branch += losses.loss_branch;
-        alpha += losses.alpha;
+        sums[0] += losses.objective;
+        sums[1] += losses.loss;
+        sums[2] += losses.loss_primary;
+        sums[3] += losses.loss_branch;
+        sums[4] += losses.alpha;
     }
+    if (t->comm->size > 1) {
+        if (t->comm->allreduce_f64(t->comm, sums, 5) != DT_OK)
+            return dt_error_context("step %lld", (long long)(step + 1));
+        for (int k = 0; k < 5; k++)
+            sums[k] /= (double)t->comm->size;
+    }
+    /* Checked on the job's sums, so every process stops at the same step. */
+    if (!isfinite(sums[0]))
+        return dt_errorf("step %lld: loss is %g; stopping (the weights are not saved)", (long long)(step + 1),
+                         sums[0] * inv);
     double lr = optim_schedule_lr(&t->schedule, step);
     double grad_norm;
     /* One pass: sum over workers, 1/grad_accum, norm, clip, optimizer (Muon
      * at its own peak on the same schedule shape), zeroed gradients. */
-    train_parallel_update(&t->parallel, lr, c->muon_lr * lr / c->lr, 1.0f / (float)c->grad_accum, c->grad_clip,
-                          &grad_norm);
+    if (train_parallel_update(&t->parallel, lr, c->muon_lr * lr / c->lr, 1.0f / (float)c->grad_accum, c->grad_clip,
+                              &grad_norm) != DT_OK)
+        return dt_error_context("step %lld", (long long)(step + 1));
     if (!isfinite(grad_norm))
         return dt_errorf("step %lld: gradient norm is %g; stopping (the weights are not saved)", (long long)(step + 1),
                          grad_norm);
@@ -270,17 +311,16 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
     t->state.loader_rng = t->loader.rng;
     t->state.windows_drawn = t->loader.windows_drawn;
 
-    const double inv = 1.0 / (double)c->grad_accum;
     *record = (train_step_record){
         .step = t->state.step,
         .total_steps = t->total_steps,
         .tokens = t->state.tokens_seen,
         .lr = lr,
-        .loss = loss * inv,
-        .loss_primary = loss_primary * inv,
-        .loss_branch = loss_branch * inv,
-        .alpha = alpha * inv,
-        .objective = objective * inv,
+        .loss = sums[1] * inv,
+        .loss_primary = sums[2] * inv,
+        .loss_branch = sums[3] * inv,
+        .alpha = sums[4] * inv,
+        .objective = sums[0] * inv,
         .grad_norm = grad_norm,
         .tokens_per_s = seconds > 0 ? (double)step_tokens / seconds : 0,
         .step_seconds = seconds,
@@ -292,36 +332,40 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
 
 dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
     const train_config *c = &t->cfg;
-    const int64_t T = c->seq_len, B = c->batch_size;
+    const int64_t T = c->seq_len, B = t->rank_rows;
     int64_t n_windows = data_split_windows(&t->tokens, SPLIT_VAL, T);
     if (c->eval_windows > 0 && c->eval_windows < n_windows) n_windows = c->eval_windows;
-    double loss = 0, loss_primary = 0, loss_branch = 0, alpha = 0;
+    /* Sums over the windows: loss, primary, branch, alpha (one allreduce over the processes). */
+    double sums[4] = {0, 0, 0, 0};
     dt_status status = DT_OK;
-    for (int64_t first = 0; first < n_windows && status == DT_OK; first += B) {
+    /* Batch b is process b % size's: every window is evaluated once over the job. */
+    const int64_t stride = B * t->comm->size;
+    for (int64_t first = B * t->comm->rank; first < n_windows && status == DT_OK; first += stride) {
         const int64_t rows = n_windows - first < B ? n_windows - first : B;
         int32_t *inputs = dt_i32(t->inputs), *targets = dt_i32(t->targets);
         for (int64_t r = 0; r < rows && status == DT_OK; r++)
             status = data_split_window(&t->tokens, SPLIT_VAL, first + r, T, inputs + r * T, targets + r * T);
-        if (status != DT_OK) break;
+        if (status != DT_OK || (status = rank_views(t, 0, B)) != DT_OK) break;
         train_parallel_losses losses;
-        status = train_parallel_evaluate(&t->parallel, t->inputs, t->targets, rows, &losses);
+        status = train_parallel_evaluate(&t->parallel, &t->rank_inputs, &t->rank_targets, rows, &losses);
         if (status != DT_OK) break;
         /* Every window has T positions: weighting batch means by rows gives the mean over positions. */
-        loss += losses.loss * (double)rows;
-        loss_primary += losses.loss_primary * (double)rows;
-        loss_branch += losses.loss_branch * (double)rows;
-        alpha += losses.alpha * (double)rows;
+        sums[0] += losses.loss * (double)rows;
+        sums[1] += losses.loss_primary * (double)rows;
+        sums[2] += losses.loss_branch * (double)rows;
+        sums[3] += losses.alpha * (double)rows;
     }
+    if (status == DT_OK && t->comm->size > 1) status = t->comm->allreduce_f64(t->comm, sums, 4);
     if (status != DT_OK) return dt_error_context("evaluation at step %lld", (long long)t->state.step);
     const double inv = 1.0 / (double)n_windows;
     *record = (train_eval_record){
         .step = t->state.step,
         .tokens = t->state.tokens_seen,
         .windows = n_windows,
-        .loss = loss * inv,
-        .loss_primary = loss_primary * inv,
-        .loss_branch = loss_branch * inv,
-        .alpha = alpha * inv,
+        .loss = sums[0] * inv,
+        .loss_primary = sums[1] * inv,
+        .loss_branch = sums[2] * inv,
+        .alpha = sums[3] * inv,
         .elapsed = t->state.elapsed_seconds,
     };
     train_log_eval(&t->log, record);
@@ -329,13 +373,19 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
 }
 
 dt_status trainer_save(trainer *t) {
-    if (train_checkpoint_save(t->checkpoint_path, &t->model, &t->opt, &t->state, &t->cfg) != DT_OK) return DT_ERR;
+    /* One file for the job: the processes hold the same weights and state. */
+    if (t->comm->rank == 0 &&
+        train_checkpoint_save(t->checkpoint_path, &t->model, &t->opt, &t->state, &t->cfg) != DT_OK)
+        return DT_ERR;
     t->last_checkpoint_step = t->state.step;
     return DT_OK;
 }
 
 static int stop_requested(const trainer *t) {
-    if (t->options.stop_flag && *t->options.stop_flag) return 1;
+    double stop = t->options.stop_flag && *t->options.stop_flag ? 1.0 : 0.0;
+    /* One process's request stops every one, at the same step. */
+    if (t->comm->size > 1 && t->comm->allreduce_f64(t->comm, &stop, 1) != DT_OK) return 1;
+    if (stop > 0.0) return 1;
     return t->options.stop_after_step > 0 && t->state.step >= t->options.stop_after_step;
 }
 

@@ -20,7 +20,14 @@
  *
  * A non-finite loss or gradient norm stops the run with an error before the
  * optimizer touches the weights; no checkpoint is written then, so the last
- * good one stays on disk. */
+ * good one stays on disk.
+ *
+ * Several processes (options.comm, core/comm.h): every one draws the whole
+ * batch from the same seeded stream and trains on its equal share of the
+ * rows (train.batch_size must split evenly); the step's losses are the
+ * job's means, evaluation windows are shared out, a stop request on any
+ * process stops all at the same step, and rank 0 alone logs and writes
+ * checkpoints. */
 #ifndef TRAIN_TRAINER_H
 #define TRAIN_TRAINER_H
 
@@ -29,6 +36,7 @@
 #include <stdio.h>
 
 #include "autograd/tape.h"
+#include "core/comm.h"
 #include "data/loader.h"
 #include "data/tokens.h"
 #include "models/model.h"
@@ -47,6 +55,7 @@ typedef struct trainer_options {
     int64_t poison_step;              /* test hook, > 0: a NaN is written into final_norm before this step */
     int64_t pause_after_step;         /* test hook, > 0: the process stops itself (SIGSTOP) once this step is
                                          logged, before any checkpoint, so a test can SIGKILL it at a known point */
+    const dt_comm *comm;              /* the job's processes (NULL: this one alone) */
 } trainer_options;
 
 typedef struct trainer_result {
@@ -64,14 +73,16 @@ typedef struct trainer {
     char *config_text; /* resolved INI text (stored in checkpoints) */
     char checkpoint_path[TRAIN_PATH_MAX + 32];
     char log_path[2 * TRAIN_PATH_MAX];
+    const dt_comm *comm; /* options.comm, or the single-process communicator */
     model model;
-    optim_param *optim_params; /* [model.n_params] views of the model's parameters */
     optimizer opt;
     optim_schedule schedule;
     data_tokens tokens;
     data_loader loader;
-    train_parallel parallel; /* forward+backward split over threads, and the fused update */
-    dt_tensor *inputs, *targets; /* int32 [B, T] heap tensors reused every micro-batch */
+    train_parallel parallel;             /* forward+backward split over threads, and the fused update */
+    dt_tensor *inputs, *targets;         /* int32 [B, T] heap tensors reused every micro-batch */
+    int64_t rank_rows;                   /* B / processes: the rows this process trains on */
+    dt_tensor rank_inputs, rank_targets; /* int32 [rank_rows, T] views of this process's rows */
     train_state state;
     train_log log;
     int64_t total_steps;
@@ -94,9 +105,12 @@ dt_status trainer_run(trainer *t, trainer_result *result);
 
 /* The optimizer settings of a run configuration (betas, eps, weight decays, Muon momentum). */
 optim_hparams trainer_optim_hparams(const train_config *c);
+/* The run's optimizer (train.optimizer, trainer_optim_hparams) over m's flat buffers. */
+dt_status trainer_optimizer_init(optimizer *opt, model *m, const train_config *c);
 
-/* The parameters' optimizer view: decay for matrices that are not embeddings;
- * Muon for the same set minus MoE routers (which stay on AdamW). */
+/* The parameters' optimizer view (offsets into the model's flat buffers):
+ * decay for matrices that are not embeddings; Muon for the same set minus MoE
+ * routers (which stay on AdamW). */
 void trainer_describe_params(const model *m, optim_param *out);
 
 #endif
