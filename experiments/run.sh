@@ -17,7 +17,10 @@
 #              routing; validation loss beside decode cost (dbranch info:
 #              experts and weight bytes per step; dbranch bench decode on the
 #              trained model: ms/token)
-#   all        the four, in that order
+#   triplu     product FFNs (SPEC §6.1) in the TriPLU paper's regime: llama,
+#              char-level 1M-byte KJV prefix, 4 layers, d 128; SwiGLU vs
+#              triplu, prod2, prod4 at a low and a hot constant lr
+#   all        the first four, in that order
 #
 # Usage: experiments/run.sh STUDY [--quick] [--seeds "1 2"] [--tokens N]
 #            [--families "nanogpt llama moe"] [--corpora "kjv pycode"]
@@ -53,9 +56,9 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0";
 STUDY=$1
 shift
 case "$STUDY" in
-matched | control | ablations | moe | all) ;;
+matched | control | ablations | moe | triplu | all) ;;
 -h | --help) usage; exit 0 ;;
-*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|all)" >&2; exit 2 ;;
+*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|all)" >&2; exit 2 ;;
 esac
 
 QUICK=0
@@ -156,12 +159,15 @@ BRANCH=(--set model.branch=decode)
 . "$ROOT/experiments/ablations/study.sh"
 # shellcheck source=moe/study.sh
 . "$ROOT/experiments/moe/study.sh"
+# shellcheck source=triplu/study.sh
+. "$ROOT/experiments/triplu/study.sh"
 
 case "$STUDY" in
 matched) study_matched ;;
 control) study_control ;;
 ablations) study_ablations ;;
 moe) study_moe ;;
+triplu) study_triplu ;;
 all) study_matched; study_control; study_ablations; study_moe ;;
 esac
 echo "== done: $OUT" >&2

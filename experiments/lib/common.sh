@@ -26,12 +26,20 @@ exp_find_binary() {
 # Path of the byte-level token file of a corpus (kjv | pycode), prepared on
 # first use. Byte tokens keep every family at V = 256, so the studies compare
 # models, not tokenizers.
+# A corpus named <preset>1m is the first 1,000,000 bytes of the preset's text
+# (the kjv preset's text is the `bible` program's output, as in dbranch prepare).
 exp_data() { # corpus
     local path="$DATA_DIR/$1_byte.h5"
     if [ ! -f "$path" ]; then
         mkdir -p "$DATA_DIR"
         echo "== prepare $path" >&2
-        "$DBRANCH" prepare --preset "$1" --tokenizer byte --out "$path" >/dev/null
+        case "$1" in
+        kjv1m)
+            bible "Genesis 1:1-Revelation 22:21" | head -c 1000000 >"$DATA_DIR/kjv1m.txt"
+            "$DBRANCH" prepare --input "$DATA_DIR/kjv1m.txt" --tokenizer byte --out "$path" >/dev/null
+            ;;
+        *) "$DBRANCH" prepare --preset "$1" --tokenizer byte --out "$path" >/dev/null ;;
+        esac
     fi
     printf '%s\n' "$path"
 }

@@ -1,0 +1,26 @@
+# Study (5), product FFNs (SPEC §6.1, TriPLU arXiv 2608.20360) in the
+# paper's regime: llama, character level on a 1M-byte prefix of the KJV,
+# 4 layers, d 128; SwiGLU against TriPLU, prod2 and prod4 at parameter-matched
+# widths, at a low constant learning rate and a hot one. Sourced by
+# experiments/run.sh (`experiments/run.sh triplu --seeds "1 2 3"`); see
+# README.md beside this file.
+# shellcheck shell=bash
+
+TRIPLU_HOT=(--set train.lr=1e-2 --set train.min_lr=1e-2)
+
+study_triplu() {
+    begin_study triplu
+    row swiglu - study_triplu.ini kjv1m
+    row triplu swiglu study_triplu.ini kjv1m --set model.ffn=triplu
+    row prod2 swiglu study_triplu.ini kjv1m --set model.ffn=prod2
+    row prod4 swiglu study_triplu.ini kjv1m --set model.ffn=prod4
+    row swiglu-hot - study_triplu.ini kjv1m "${TRIPLU_HOT[@]}"
+    row triplu-hot swiglu-hot study_triplu.ini kjv1m --set model.ffn=triplu "${TRIPLU_HOT[@]}"
+    row prod2-hot swiglu-hot study_triplu.ini kjv1m --set model.ffn=prod2 "${TRIPLU_HOT[@]}"
+    row prod4-hot swiglu-hot study_triplu.ini kjv1m --set model.ffn=prod4 "${TRIPLU_HOT[@]}"
+    end_study
+    exp_plot_curves "$CURRENT" all "product FFNs, char-level KJV 1M: validation loss" \
+        swiglu triplu prod2 prod4 swiglu-hot triplu-hot prod2-hot prod4-hot
+    exp_plot_diffs "$CURRENT" all "product FFNs vs SwiGLU at the same learning rate, paired by seed" \
+        triplu prod2 prod4 triplu-hot prod2-hot prod4-hot
+}
