@@ -33,6 +33,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/mixture.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "kernels/softmax.h"
@@ -693,27 +694,14 @@ static void run_rows(eval_decode_session *s, int32_t token, int64_t pos, int row
         rows_pass_body(&a);
 }
 
-float eval_mixture_alpha(const float *logits, int64_t V, double alpha_min, double alpha_max) {
-    /* expf on floats (each term is in (0, 1], exact to ~1e-7), sums in double:
-     * this runs once per decode step on V logits, so it should cost little
-     * beside the step (V = 32000: ~0.1 ms rather than ~0.5 ms with exp). */
-    float max = logits[0];
-    for (int64_t v = 1; v < V; v++) max = logits[v] > max ? logits[v] : max;
-    double sum = 0.0, sum_sq = 0.0;
-    for (int64_t v = 0; v < V; v++) {
-        double e = (double)expf(logits[v] - max);
-        sum += e;
-        sum_sq += e * e;
-    }
-    double collision = sum_sq / (sum * sum);
-    if (collision < alpha_min) collision = alpha_min;
-    if (collision > alpha_max) collision = alpha_max;
-    return (float)collision;
-}
-
+/* alpha and 1 - alpha from the primary's logits: the one alpha kernel (kernels/mixture.h). */
 static void update_alpha(eval_decode_session *s) {
     const model_config *c = &s->model->config;
-    s->alpha = s->run_branch ? eval_mixture_alpha(s->logits, c->vocab_size, c->mix_alpha_min, c->mix_alpha_max) : 1.0f;
+    s->alpha = 1.0f;
+    s->one_minus_alpha = 0.0;
+    if (s->run_branch)
+        k_mixture_alpha_rows(&s->alpha, &s->one_minus_alpha, s->logits, 1, c->vocab_size, (float)c->mix_alpha_min,
+                             (float)c->mix_alpha_max);
 }
 
 void eval_decode_mixture(const eval_decode_session *s, float *probs) {
@@ -725,12 +713,13 @@ void eval_decode_mixture(const eval_decode_session *s, float *probs) {
         if (lq[v] > max_q) max_q = lq[v];
     }
     for (int64_t v = 0; v < V; v++) sum_p += exp((double)lp[v] - max_p);
-    double alpha = s->run_branch ? s->alpha : 1.0;
-    if (alpha < 1.0)
+    double alpha = s->run_branch ? s->alpha : 1.0,
+           beta = s->run_branch ? s->one_minus_alpha : 0.0; /* beta = 1 - alpha */
+    if (beta > 0.0)
         for (int64_t v = 0; v < V; v++) sum_q += exp((double)lq[v] - max_q);
     for (int64_t v = 0; v < V; v++) {
         double r = alpha * exp((double)lp[v] - max_p) / sum_p;
-        if (alpha < 1.0) r += (1.0 - alpha) * exp((double)lq[v] - max_q) / sum_q;
+        if (beta > 0.0) r += beta * exp((double)lq[v] - max_q) / sum_q;
         probs[v] = (float)r;
     }
 }
