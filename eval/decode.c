@@ -700,8 +700,8 @@ static void update_alpha(eval_decode_session *s) {
     s->alpha = 1.0f;
     s->one_minus_alpha = 0.0;
     if (s->run_branch)
-        k_mixture_alpha_rows(&s->alpha, &s->one_minus_alpha, s->logits, 1, c->vocab_size, (float)c->mix_alpha_min,
-                             (float)c->mix_alpha_max);
+        k_mixture_alpha_range(&s->alpha, &s->one_minus_alpha, s->logits, 1, c->vocab_size, (float)c->mix_alpha_min,
+                              (float)c->mix_alpha_max);
 }
 
 void eval_decode_mixture(const eval_decode_session *s, float *probs) {

@@ -648,25 +648,22 @@ void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out
 
 /* ----------------------------------------------------------------- decode */
 
-/* out [n_rows, H*hd]: softmax over positions 0..pos of q·k / sqrt(hd), applied to v.
- * q [n_rows, H*hd]; k_cache, v_cache [n_pos_max, Hkv*hd]; scratch [n_rows, H, pos+1] */
-void k_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
-                        int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, float *scratch) {
-    if (n_rows <= 0 || pos < 0) return;
-    if (H < 1 || Hkv < 1 || H % Hkv != 0 || head_dim < 1) {
-        fill_nan(out, n_rows * (H > 0 ? H : 0) * (head_dim > 0 ? head_dim : 0));
-        return;
-    }
+/* out [n_rows, H*hd]: softmax over positions 0..pos of q·k / sqrt(hd), applied to v,
+ * for the query heads of kv heads [kv_begin, kv_end) only.
+ * q [n_rows, H*hd]; k_cache, v_cache [n_pos_max, Hkv*hd]; scratch [n_rows, H, pos+1]
+ * (each kv head writes only its own heads' part). */
+void k_attention_decode_range(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
+                              int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, int64_t kv_begin, int64_t kv_end,
+                              float *scratch) {
     const int hd = (int)head_dim;
     const int64_t group = H / Hkv;
     const int64_t n_pos = pos + 1;
     const int64_t q_stride = H * hd, kv_stride = Hkv * hd;
     const float scale_log2 = (float)(M_LOG2E / sqrt((double)hd));
 
-    /* One thread per kv head: it streams that head's K and V once for every
-     * query row and every query head of the group. */
-#pragma omp parallel for schedule(static) if (Hkv > 1 && n_rows * H * n_pos * hd > DECODE_PARALLEL_MIN_WORK)
-    for (int64_t kv_head = 0; kv_head < Hkv; kv_head++) {
+    /* Per kv head: stream that head's K and V once for every query row and
+     * every query head of the group. */
+    for (int64_t kv_head = kv_begin; kv_head < kv_end; kv_head++) {
         const int64_t h_first = kv_head * group;
         for (int64_t s = 0; s < n_pos; s++) {
             const float *k_row = k_cache + s * kv_stride + kv_head * hd;
@@ -708,4 +705,18 @@ void k_attention_decode(float *out, const float *q, const float *k_cache, const 
                 }
         }
     }
+}
+
+/* The core with one kv head per work item. */
+void k_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
+                        int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, float *scratch) {
+    if (n_rows <= 0 || pos < 0) return;
+    if (H < 1 || Hkv < 1 || H % Hkv != 0 || head_dim < 1) {
+        fill_nan(out, n_rows * (H > 0 ? H : 0) * (head_dim > 0 ? head_dim : 0));
+        return;
+    }
+#pragma omp parallel for schedule(static) if (Hkv > 1 && n_rows * H * (pos + 1) * head_dim > DECODE_PARALLEL_MIN_WORK)
+    for (int64_t kv_head = 0; kv_head < Hkv; kv_head++)
+        k_attention_decode_range(out, q, k_cache, v_cache, n_rows, pos, H, Hkv, head_dim, kv_head, kv_head + 1,
+                                 scratch);
 }

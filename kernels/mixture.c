@@ -157,8 +157,8 @@ static mixture_row compute_mixture_row(const float *logits_p, const float *logit
 }
 
 /* logits_p [rows,V]; alpha [rows]; one_minus_alpha [rows] or NULL */
-void k_mixture_alpha_rows(float *alpha, double *one_minus_alpha, const float *logits_p, int64_t rows, int64_t V,
-                          float alpha_min, float alpha_max) {
+void k_mixture_alpha_range(float *alpha, double *one_minus_alpha, const float *logits_p, int64_t rows, int64_t V,
+                           float alpha_min, float alpha_max) {
     for (int64_t m = 0; m < rows; m++) {
         const row_stats p = compute_row_stats(logits_p + m * V, V, 1);
         const alpha_terms a = compute_alpha(&p, alpha_min, alpha_max);
@@ -167,11 +167,11 @@ void k_mixture_alpha_rows(float *alpha, double *one_minus_alpha, const float *lo
     }
 }
 
-/* logits_p [M,V]; alpha [M]: k_mixture_alpha_rows over blocks of rows */
+/* logits_p [M,V]; alpha [M]: k_mixture_alpha_range over blocks of rows */
 void k_mixture_alpha(float *alpha, const float *logits_p, int64_t M, int64_t V, float alpha_min, float alpha_max) {
 #pragma omp parallel for schedule(static) if (M * V > PARALLEL_MIN_ELEMENTS)
     for (int64_t m = 0; m < M; m++)
-        k_mixture_alpha_rows(alpha + m, NULL, logits_p + m * V, 1, V, alpha_min, alpha_max);
+        k_mixture_alpha_range(alpha + m, NULL, logits_p + m * V, 1, V, alpha_min, alpha_max);
 }
 
 /* logits_p, logits_q [M,V]; targets [M]; nll, alpha, ce_p, ce_q [M] (ce_p, ce_q may be NULL) */

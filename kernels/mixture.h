@@ -25,8 +25,8 @@ void k_mixture_forward(float *nll, float *alpha, float *ce_p, float *ce_q, const
  * Core, single-threaded over a row range: logits_p [rows,V] -> alpha [rows]
  * and one_minus_alpha [rows] (may be NULL; exact to ~1e-7 relative even when
  * float alpha rounds to 1). */
-void k_mixture_alpha_rows(float *alpha, double *one_minus_alpha, const float *logits_p, int64_t rows, int64_t V,
-                          float alpha_min, float alpha_max);
+void k_mixture_alpha_range(float *alpha, double *one_minus_alpha, const float *logits_p, int64_t rows, int64_t V,
+                           float alpha_min, float alpha_max);
 /* OpenMP wrapper: logits_p [M,V] -> alpha [M]. */
 void k_mixture_alpha(float *alpha, const float *logits_p, int64_t M, int64_t V, float alpha_min, float alpha_max);
 

@@ -1,4 +1,4 @@
-/* The one alpha kernel (kernels/mixture.h: k_mixture_alpha_rows, its OpenMP
+/* The one alpha kernel (kernels/mixture.h: k_mixture_alpha_range, its OpenMP
  * wrapper k_mixture_alpha, and the alpha k_mixture_forward reports) against
  * a float64 computation, in particular near alpha = 1: a confident primary
  * with S = sum p^2 ~ 0.99997, where 1 - alpha (the branch's weight) is a tiny
@@ -84,7 +84,7 @@ Test(kernels_alpha, near_one_matches_float64_from_every_entry_point) {
     float alpha_rows[ROWS], alpha_wrapper[ROWS], alpha_fused[ROWS], nll[ROWS];
     double one_minus[ROWS];
     int32_t targets[ROWS] = {0};
-    k_mixture_alpha_rows(alpha_rows, one_minus, logits, ROWS, V, 0.5f, 1.0f);
+    k_mixture_alpha_range(alpha_rows, one_minus, logits, ROWS, V, 0.5f, 1.0f);
     k_set_threads(2);
     k_mixture_alpha(alpha_wrapper, logits, ROWS, V, 0.5f, 1.0f);
     k_mixture_forward(nll, alpha_fused, NULL, NULL, logits, logits_q, targets, ROWS, V, 0.5f, 1.0f);
@@ -126,7 +126,7 @@ Test(kernels_alpha, clip_bounds_and_ordinary_rows) {
     for (int b = 0; b < 3; b++) {
         float alpha[ROWS];
         double one_minus[ROWS];
-        k_mixture_alpha_rows(alpha, one_minus, logits, ROWS, V, bounds[b][0], bounds[b][1]);
+        k_mixture_alpha_range(alpha, one_minus, logits, ROWS, V, bounds[b][0], bounds[b][1]);
         for (int64_t m = 0; m < ROWS; m++) {
             double S, one_minus_S;
             reference_collision(logits + m * V, &S, &one_minus_S);
