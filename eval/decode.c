@@ -38,7 +38,6 @@
 #include "kernels/rope.h"
 #include "kernels/softmax.h"
 #include "kernels/topk.h"
-#include "kernels/vec_math.h"
 
 /* Most experts a row may choose (routing scratch lives on the stack). */
 enum { MAX_TOP_K = 64 };
@@ -281,24 +280,18 @@ static void rows_linear(eval_decode_session *s, float *out, const float *in, int
 static void norm(eval_decode_session *s, float *out, float *mean, float *rstd, const float *in,
                  const dt_tensor *weight, const dt_tensor *bias, int64_t M, int64_t C) {
     float eps = (float)s->model->config.norm_eps;
-    if (s->model->config.family == FAMILY_NANOGPT) {
+    int layernorm = s->model->config.family == FAMILY_NANOGPT;
+    if (M <= 2) {
+        /* The decode rows: the kernels' single-threaded cores. This runs in
+         * serial stages inside the step team, where a wrapper's OpenMP region
+         * (inactive there) still costs about 1 us per call, as much as the
+         * norm itself at C = 288. */
+        if (layernorm)
+            k_layernorm_forward_range(out, mean, rstd, in, data_of(weight), data_of(bias), M, C, eps);
+        else
+            k_rmsnorm_forward_range(out, rstd, in, data_of(weight), M, C, eps);
+    } else if (layernorm) {
         k_layernorm_forward(out, mean, rstd, in, data_of(weight), data_of(bias), M, C, eps);
-    } else if (M <= 2) {
-        /* The decode rows: k_rmsnorm_forward's arithmetic inlined. This runs
-         * in serial stages inside the step team, where the kernel's OpenMP
-         * region (inactive there) still costs about 1 us per call, as much as
-         * the norm itself at C = 288. */
-        const float *w = data_of(weight);
-        for (int64_t i = 0; i < M; i++) {
-            const float *x = in + i * C;
-            float *y = out + i * C;
-            double sum_sq = 0.0;
-#pragma omp simd reduction(+ : sum_sq)
-            for (int64_t j = 0; j < C; j++) sum_sq += (double)x[j] * (double)x[j];
-            float r = (float)(1.0 / sqrt(sum_sq / (double)C + (double)eps));
-            for (int64_t j = 0; j < C; j++) y[j] = x[j] * r * w[j];
-            rstd[i] = r;
-        }
     } else {
         k_rmsnorm_forward(out, rstd, in, data_of(weight), M, C, eps);
     }
@@ -311,15 +304,13 @@ static void count_norm(eval_decode_session *s, const dt_tensor *weight, const dt
 
 /* dst[n] += couple[n] * primary[n]: a coupling term of SPEC §2 (couple may be NULL: couple = off). */
 static void add_coupling(float *dst, const dt_tensor *couple, const float *primary, int64_t n) {
-    if (!couple) return;
-    const float *c = data_of(couple);
-    for (int64_t i = 0; i < n; i++) dst[i] += c[i] * primary[i];
+    if (couple) k_accumulate_mul_vec_range(dst, primary, data_of(couple), 1, n);
 }
 
 /* ---- one decode position ------------------------------------------------- */
 
 /* The SwiGLU of rows [row0, row0 + n_rows) at layer l on hidden units
- * [n0, n1): z = silu(a) * b (k_swiglu_forward's arithmetic), the primary row's
+ * [n0, n1): z = silu(a) * b (k_swiglu_forward's core), the primary row's
  * z saved as z1, the branch row coupled to z1 (SPEC §2). Per unit, so it runs
  * on each claimed row range of the W1/W3 stage (eval_team_matvec_pair). */
 typedef struct swiglu_rows_args {
@@ -336,16 +327,12 @@ static void swiglu_rows(int64_t n0, int64_t n1, void *arg) {
     for (int row = a->row0; row < a->row0 + a->n_rows; row++) {
         const float *gate = r->hidden_a + row * F, *up = r->hidden_b + row * F; // [F] each
         float *z = r->z + row * F;                                              // [F]
-#pragma omp simd
-        for (int64_t n = n0; n < n1; n++) z[n] = gate[n] * k_sigmoid(gate[n]) * up[n];
+        k_swiglu_forward_range(z + n0, gate + n0, up + n0, n1 - n0);
         if (row == 0) memcpy(z1 + n0, z + n0, (size_t)(n1 - n0) * sizeof(float));
     }
     const dt_tensor *couple_hidden = a->s->model->layers[a->l].couple_hidden;
-    if (a->row0 + a->n_rows == 2 && couple_hidden) { /* add_coupling on units [n0, n1) */
-        const float *couple = data_of(couple_hidden); // [F]
-        float *z2 = r->z + F;                         // [F]
-        for (int64_t n = n0; n < n1; n++) z2[n] += couple[n] * z1[n];
-    }
+    if (a->row0 + a->n_rows == 2 && couple_hidden) /* add_coupling on units [n0, n1) */
+        k_accumulate_mul_vec_range(r->z + F + n0, z1 + n0, data_of(couple_hidden) + n0, 1, n1 - n0);
 }
 
 /* Dense FFN of rows [row0, row0 + n_rows) at layer l: x [2,C] -> rows->m [2,C];
@@ -383,9 +370,9 @@ static void ffn_dense_rows(eval_decode_session *s, int64_t l, int row0, int n_ro
     EVAL_TEAM_SERIAL(&s->team) {
         float *z = r->z + row0 * d.F;
         if (d.layernorm)
-            k_gelu_forward(z, r->hidden_a + row0 * d.F, n_rows * d.F);
+            k_gelu_forward_range(z, r->hidden_a + row0 * d.F, n_rows * d.F);
         else
-            k_swiglu_forward(z, r->hidden_a + row0 * d.F, r->hidden_b + row0 * d.F, n_rows * d.F);
+            k_swiglu_forward_range(z, r->hidden_a + row0 * d.F, r->hidden_b + row0 * d.F, n_rows * d.F);
         if (row0 == 0) memcpy(s->z1 + l * d.F, r->z, (size_t)d.F * sizeof(float));
         if (row0 + n_rows == 2) add_coupling(r->z + d.F, layer->couple_hidden, s->z1 + l * d.F, d.F);
     }
@@ -406,7 +393,7 @@ static void expert_forward(eval_decode_session *s, float *out, const float *in, 
     queue_linear(s, r->hidden_a, in, w1, NULL, n_rows, d.C, d.F);
     queue_linear(s, r->hidden_b, in, w3, NULL, n_rows, d.C, d.F);
     flush(s);
-    EVAL_TEAM_SERIAL(&s->team) k_swiglu_forward(r->z, r->hidden_a, r->hidden_b, n_rows * d.F);
+    EVAL_TEAM_SERIAL(&s->team) k_swiglu_forward_range(r->z, r->hidden_a, r->hidden_b, n_rows * d.F);
     linear(s, out, r->z, w2, NULL, n_rows, d.F, d.C);
 }
 
@@ -428,12 +415,12 @@ static void route_branch(const model_config *c, const float *primary_logits, con
                          int64_t k, int32_t *index, float *gates) {
     float chosen[MAX_TOP_K];
     if (c->branch_routing == ROUTING_REPLAY) {
-        k_topk(index, NULL, primary_logits, 1, E, k);
+        k_topk_range(index, NULL, primary_logits, 1, E, k);
         for (int64_t j = 0; j < k; j++) chosen[j] = branch_logits[index[j]];
     } else {
-        k_topk(index, chosen, branch_logits, 1, E, k);
+        k_topk_range(index, chosen, branch_logits, 1, E, k);
     }
-    k_softmax_forward(gates, chosen, 1, k);
+    k_softmax_forward_range(gates, chosen, 1, k);
 }
 
 /* MoE FFN of rows [row0, row0 + n_rows) at layer l (SPEC §1, §2 routing):
@@ -459,8 +446,8 @@ static void ffn_moe_rows(eval_decode_session *s, int64_t l, int row0, int n_rows
         if (row0 == 0) { /* primary: top_k of its router logits, softmax over the chosen */
             float chosen[MAX_TOP_K];
             memcpy(s->router1 + l * d.E, r->router_logits, (size_t)d.E * sizeof(float));
-            k_topk(index[0], chosen, r->router_logits, 1, d.E, k[0]);
-            k_softmax_forward(gates[0], chosen, 1, k[0]);
+            k_topk_range(index[0], chosen, r->router_logits, 1, d.E, k[0]);
+            k_softmax_forward_range(gates[0], chosen, 1, k[0]);
         }
         if (row0 + n_rows == 2)
             route_branch(c, s->router1 + l * d.E, r->router_logits + d.E, d.E, k[1], index[1], gates[1]);
@@ -485,26 +472,7 @@ static void ffn_moe_rows(eval_decode_session *s, int64_t l, int row0, int n_rows
         }
         EVAL_TEAM_SERIAL(&s->team) {
             for (int row = row0; row < row0 + n_rows; row++)
-                if (uses[row]) k_accumulate_scaled(r->m + row * d.C, r->expert_out + row * d.C, gate[row], d.C);
-        }
-    }
-}
-
-/* RoPE (SPEC §1) on n_heads consecutive heads of width hd at position pos, in
- * place: the arithmetic of k_rope_forward (same table, [n_pos, hd/2, 2]
- * cos/sin), inlined because it runs per head inside attention items, where a
- * kernel call would open (and close) a nested OpenMP region per head. */
-// x [n_heads, hd]
-static void rotate_heads(float *x, const float *table, int64_t pos, int64_t n_heads, int64_t hd) {
-    const int64_t half = hd / 2;
-    const float *angles = table + pos * half * 2; /* [half, 2] for this position */
-    for (int64_t h = 0; h < n_heads; h++) {
-        float *head = x + h * hd;
-        for (int64_t j = 0; j < half; j++) {
-            float c = angles[2 * j], sn = angles[2 * j + 1];
-            float x0 = head[2 * j], x1 = head[2 * j + 1];
-            head[2 * j] = x0 * c - x1 * sn;
-            head[2 * j + 1] = x0 * sn + x1 * c;
+                if (uses[row]) k_accumulate_scaled_range(r->m + row * d.C, r->expert_out + row * d.C, gate[row], d.C);
         }
     }
 }
@@ -525,62 +493,36 @@ static void prepare_heads(eval_decode_session *s, int64_t l, int64_t pos, int ro
     if (row0 == 0) {
         float *k_row = s->k_cache + (l * s->n_pos_max + pos) * d.kvdim; // [Hkv*hd]
         memcpy(q1 + q_begin, q + q_begin, (size_t)q_len * sizeof(float)); /* before RoPE */
-        if (d.rope) rotate_heads(k_row + kv_begin * d.hd, m->rope_table, pos, kv_end - kv_begin, d.hd);
+        if (d.rope) k_rope_forward_range(k_row + kv_begin * d.hd, m->rope_table, 1, pos, kv_end - kv_begin, d.hd);
     }
-    if (row0 + n_rows == 2 && layer->couple_q) { /* branch: q2 += couple_q ⊙ q1 on these heads */
-        const float *couple = data_of(layer->couple_q) + q_begin;
-        float *q2 = q + d.qdim + q_begin;
-        for (int64_t i = 0; i < q_len; i++) q2[i] += couple[i] * q1[q_begin + i];
-    }
+    if (row0 + n_rows == 2 && layer->couple_q) /* branch: q2 += couple_q ⊙ q1 on these heads */
+        k_accumulate_mul_vec_range(q + d.qdim + q_begin, q1 + q_begin, data_of(layer->couple_q) + q_begin, 1, q_len);
     if (d.rope)
         for (int row = row0; row < row0 + n_rows; row++)
-            rotate_heads(q + row * d.qdim + q_begin, m->rope_table, pos, (kv_end - kv_begin) * group, d.hd);
+            k_rope_forward_range(q + row * d.qdim + q_begin, m->rope_table, 1, pos, (kv_end - kv_begin) * group, d.hd);
 }
 
 /* Attention of the rows [row0, row0 + n_rows) at position pos over the cache
  * of layer l, one kv head (and its group of query heads) per work item, so
- * the team splits it; each item first prepares its heads (prepare_heads). */
+ * the team splits it; each item first prepares its heads (prepare_heads),
+ * then runs the decode attention kernel's core on its kv head. */
 typedef struct attention_args {
     eval_decode_session *s;
     int64_t l, pos;
     int row0, n_rows;
-    float *out;            /* [n_rows, H*hd] */
-    const float *q;        /* [n_rows, H*hd] */
-    const float *k_cache;  /* [n_pos_max, Hkv*hd] */
-    const float *v_cache;  /* [n_pos_max, Hkv*hd] */
-    float *scratch;        /* [n_rows, H, n_pos_max] */
-    int64_t H, Hkv, hd, n_pos_max;
+    float *out;           /* [n_rows, H*hd] */
+    const float *q;       /* [n_rows, H*hd] */
+    const float *k_cache; /* [n_pos_max, Hkv*hd] */
+    const float *v_cache; /* [n_pos_max, Hkv*hd] */
+    float *scratch;       /* [n_rows, H, pos + 1] */
+    int64_t H, Hkv, hd;
 } attention_args;
 
 static void attention_kv_head(int64_t kv_head, void *arg) {
     const attention_args *a = arg;
-    const int64_t group = a->H / a->Hkv, qdim = a->H * a->hd, kvdim = a->Hkv * a->hd, n_pos = a->pos + 1;
-    const float scale = (float)(1.0 / sqrt((double)a->hd));
     prepare_heads(a->s, a->l, a->pos, a->row0, a->n_rows, kv_head, kv_head + 1);
-    for (int64_t row = 0; row < a->n_rows; row++)
-        for (int64_t h = kv_head * group; h < (kv_head + 1) * group; h++) {
-            const float *q = a->q + row * qdim + h * a->hd;
-            float *scores = a->scratch + (row * a->H + h) * a->n_pos_max, max = -INFINITY, sum = 0.0f;
-            for (int64_t t = 0; t < n_pos; t++) {
-                const float *k = a->k_cache + t * kvdim + kv_head * a->hd;
-                float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (int64_t i = 0; i < a->hd; i++) dot += q[i] * k[i];
-                scores[t] = dot * scale;
-                max = scores[t] > max ? scores[t] : max;
-            }
-            /* k_exp (kernels/vec_math.h, within 2 ulp of expf) vectorises; a
-             * scalar expf per score was about 5% of a 15M-shape step (perf) */
-#pragma omp simd reduction(+ : sum)
-            for (int64_t t = 0; t < n_pos; t++) sum += (scores[t] = k_exp(scores[t] - max));
-            float *out = a->out + row * qdim + h * a->hd;
-            memset(out, 0, (size_t)a->hd * sizeof(float));
-            for (int64_t t = 0; t < n_pos; t++) {
-                const float *v = a->v_cache + t * kvdim + kv_head * a->hd, p = scores[t] / sum;
-#pragma omp simd
-                for (int64_t i = 0; i < a->hd; i++) out[i] += p * v[i];
-            }
-        }
+    k_attention_decode_range(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd, kv_head,
+                             kv_head + 1, a->scratch);
 }
 
 /* Attention of rows [row0, row0 + n_rows) at layer l, position pos; the
@@ -595,9 +537,19 @@ static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int r
         k_attention_decode(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, s->rows.attn_scratch);
         return;
     }
-    attention_args a = {.s = s, .l = l, .pos = pos, .row0 = row0, .n_rows = n_rows, .out = out, .q = q,
-                        .k_cache = k_cache, .v_cache = v_cache, .scratch = s->rows.attn_scratch, .H = d.H,
-                        .Hkv = d.Hkv, .hd = d.hd, .n_pos_max = s->n_pos_max};
+    attention_args a = {.s = s,
+                        .l = l,
+                        .pos = pos,
+                        .row0 = row0,
+                        .n_rows = n_rows,
+                        .out = out,
+                        .q = q,
+                        .k_cache = k_cache,
+                        .v_cache = v_cache,
+                        .scratch = s->rows.attn_scratch,
+                        .H = d.H,
+                        .Hkv = d.Hkv,
+                        .hd = d.hd};
     eval_team_for(&s->team, d.Hkv, attention_kv_head, &a);
 }
 
@@ -621,9 +573,9 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
 
     EVAL_TEAM_SERIAL(team) {
         for (int row = row0; row < row0 + n_rows; row++) { /* g = emb[x_t] (+ pos_emb[t]) */
-            const float *emb = data_of(row == 0 ? m->tok_emb : m->branch_tok_emb) + (int64_t)token * d.C;
-            memcpy(r->h + row * d.C, emb, (size_t)d.C * sizeof(float));
-            if (m->pos_emb) k_accumulate(r->h + row * d.C, data_of(m->pos_emb) + pos * d.C, d.C);
+            k_embedding_forward_range(r->h + row * d.C, data_of(row == 0 ? m->tok_emb : m->branch_tok_emb), &token, 1,
+                                      d.C);
+            if (m->pos_emb) k_accumulate_range(r->h + row * d.C, data_of(m->pos_emb) + pos * d.C, d.C);
         }
         norm(s, x, r->mean, r->rstd, h, m->layers[0].attn_norm, m->layers[0].attn_norm_bias, n_rows, d.C);
     }
@@ -646,7 +598,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         rows_linear(s, r->o, r->y, row0, n_rows, p->wo, p->wo_bias, b->wo, b->wo_bias, d.qdim, d.C);
         flush(s);
         EVAL_TEAM_SERIAL(team) {
-            k_accumulate(h, r->o + row0 * d.C, n_rows * d.C);
+            k_accumulate_range(h, r->o + row0 * d.C, n_rows * d.C);
             norm(s, x, r->mean, r->rstd, h, layer->ffn_norm, layer->ffn_norm_bias, n_rows, d.C);
         }
         count_norm(s, layer->ffn_norm, layer->ffn_norm_bias);
@@ -657,7 +609,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         EVAL_TEAM_SERIAL(team) {
             if (row0 == 0) memcpy(s->m1 + l * d.C, r->m, (size_t)d.C * sizeof(float));
             if (has_branch_row) add_coupling(r->m + d.C, layer->couple_out, s->m1 + l * d.C, d.C);
-            k_accumulate(h, r->m + row0 * d.C, n_rows * d.C);
+            k_accumulate_range(h, r->m + row0 * d.C, n_rows * d.C);
             if (l + 1 < d.L)
                 norm(s, x, r->mean, r->rstd, h, m->layers[l + 1].attn_norm, m->layers[l + 1].attn_norm_bias, n_rows,
                      d.C);
