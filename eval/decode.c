@@ -33,11 +33,11 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/mixture.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "kernels/softmax.h"
 #include "kernels/topk.h"
-#include "kernels/vec_math.h"
 #include "models/attn_res.h"
 
 /* Most experts a row may choose (routing scratch lives on the stack). */
@@ -329,10 +329,7 @@ static void count_norm(eval_decode_session *s, const dt_tensor *weight, const dt
 
 /* dst[n] += couple[n] * primary[n]: a coupling term of SPEC §2 (couple may be NULL: couple = off). */
 static void add_coupling(float *dst, const dt_tensor *couple, const float *primary, int64_t n) {
-    if (!couple) return;
-    const float *c = data_of(couple);
-    for (int64_t i = 0; i < n; i++)
-        dst[i] += c[i] * primary[i];
+    if (couple) k_accumulate_mul_vec_range(dst, primary, data_of(couple), 1, n);
 }
 
 /* ---- one decode position ------------------------------------------------- */
@@ -427,12 +424,8 @@ static void prepare_heads(eval_decode_session *s, int64_t l, int64_t pos, int ro
         if (position->rotary)
             position->rotate_heads(k_row + kv_begin * d.hd, layer->rope_table, pos, kv_end - kv_begin, d.hd);
     }
-    if (row0 + n_rows == 2 && layer->couple_q) { /* branch: q2 += couple_q ⊙ q1 on these heads */
-        const float *couple = data_of(layer->couple_q) + q_begin;
-        float *q2 = q + d.qdim + q_begin;
-        for (int64_t i = 0; i < q_len; i++)
-            q2[i] += couple[i] * q1[q_begin + i];
-    }
+    if (row0 + n_rows == 2 && layer->couple_q) /* branch: q2 += couple_q ⊙ q1 on these heads */
+        k_accumulate_mul_vec_range(q + d.qdim + q_begin, q1 + q_begin, data_of(layer->couple_q) + q_begin, 1, q_len);
     if (position->rotary)
         for (int row = row0; row < row0 + n_rows; row++)
             position->rotate_heads(q + row * d.qdim + q_begin, layer->rope_table, pos, (kv_end - kv_begin) * group,
@@ -441,7 +434,8 @@ static void prepare_heads(eval_decode_session *s, int64_t l, int64_t pos, int ro
 
 /* Attention of the rows [row0, row0 + n_rows) at position pos over the cache
  * of layer l, one kv head (and its group of query heads) per work item, so
- * the team splits it; each item first prepares its heads (prepare_heads). */
+ * the team splits it; each item first prepares its heads (prepare_heads),
+ * then runs the decode attention kernel's core on its kv head. */
 typedef struct attention_args {
     eval_decode_session *s;
     int64_t l, pos;
@@ -450,42 +444,15 @@ typedef struct attention_args {
     const float *q;       /* [n_rows, H*hd] */
     const float *k_cache; /* [n_pos_max, Hkv*hd] */
     const float *v_cache; /* [n_pos_max, Hkv*hd] */
-    float *scratch;       /* [n_rows, H, n_pos_max] */
-    int64_t H, Hkv, hd, n_pos_max;
+    float *scratch;       /* [n_rows, H, pos + 1] */
+    int64_t H, Hkv, hd;
 } attention_args;
 
 static void attention_kv_head(int64_t kv_head, void *arg) {
     const attention_args *a = arg;
-    const int64_t group = a->H / a->Hkv, qdim = a->H * a->hd, kvdim = a->Hkv * a->hd, n_pos = a->pos + 1;
-    const float scale = (float)(1.0 / sqrt((double)a->hd));
     prepare_heads(a->s, a->l, a->pos, a->row0, a->n_rows, kv_head, kv_head + 1);
-    for (int64_t row = 0; row < a->n_rows; row++)
-        for (int64_t h = kv_head * group; h < (kv_head + 1) * group; h++) {
-            const float *q = a->q + row * qdim + h * a->hd;
-            float *scores = a->scratch + (row * a->H + h) * a->n_pos_max, max = -INFINITY, sum = 0.0f;
-            for (int64_t t = 0; t < n_pos; t++) {
-                const float *k = a->k_cache + t * kvdim + kv_head * a->hd;
-                float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (int64_t i = 0; i < a->hd; i++)
-                    dot += q[i] * k[i];
-                scores[t] = dot * scale;
-                max = scores[t] > max ? scores[t] : max;
-            }
-            /* k_exp (kernels/vec_math.h, within 2 ulp of expf) vectorises; a
-             * scalar expf per score was about 5% of a 15M-shape step (perf) */
-#pragma omp simd reduction(+ : sum)
-            for (int64_t t = 0; t < n_pos; t++)
-                sum += (scores[t] = k_exp(scores[t] - max));
-            float *out = a->out + row * qdim + h * a->hd;
-            memset(out, 0, (size_t)a->hd * sizeof(float));
-            for (int64_t t = 0; t < n_pos; t++) {
-                const float *v = a->v_cache + t * kvdim + kv_head * a->hd, p = scores[t] / sum;
-#pragma omp simd
-                for (int64_t i = 0; i < a->hd; i++)
-                    out[i] += p * v[i];
-            }
-        }
+    k_attention_decode_range(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd, kv_head,
+                             kv_head + 1, a->scratch);
 }
 
 /* Attention of rows [row0, row0 + n_rows) at layer l, position pos; the
@@ -512,8 +479,7 @@ static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int r
                         .scratch = s->rows.attn_scratch,
                         .H = d.H,
                         .Hkv = d.Hkv,
-                        .hd = d.hd,
-                        .n_pos_max = s->n_pos_max};
+                        .hd = d.hd};
     eval_team_for(&s->team, d.Hkv, attention_kv_head, &a);
 }
 
@@ -527,7 +493,7 @@ static void advance_stream(eval_decode_session *s, float *h, const float *out, i
     const model_arch *a = &s->model->arch;
     const int64_t C = a->C;
     if (!a->routed) {
-        k_accumulate(h, out + row0 * C, rows * C);
+        k_accumulate_range(h, out + row0 * C, rows * C);
         return;
     }
     for (int64_t row = row0; row < row0 + rows; row++) {
@@ -557,9 +523,9 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
 
     EVAL_TEAM_SERIAL(team) {
         for (int row = row0; row < row0 + n_rows; row++) { /* g = emb[x_t] (+ pos_emb[t]) */
-            const float *emb = data_of(row == 0 ? m->tok_emb : m->branch_tok_emb) + (int64_t)token * d.C;
-            memcpy(r->h + row * d.C, emb, (size_t)d.C * sizeof(float));
-            if (m->pos_emb) k_accumulate(r->h + row * d.C, data_of(m->pos_emb) + pos * d.C, d.C);
+            k_embedding_forward_range(r->h + row * d.C, data_of(row == 0 ? m->tok_emb : m->branch_tok_emb), &token, 1,
+                                      d.C);
+            if (m->pos_emb) k_accumulate_range(r->h + row * d.C, data_of(m->pos_emb) + pos * d.C, d.C);
             /* attn_res: s_0 is the embedding, and the first route (one source) is s_0 itself */
             if (m->arch.routed) memcpy(r->history + row * d.C, r->h + row * d.C, (size_t)d.C * sizeof(float));
         }
@@ -633,28 +599,14 @@ static void run_rows(eval_decode_session *s, int32_t token, int64_t pos, int row
         rows_pass_body(&a);
 }
 
-float eval_mixture_alpha(const float *logits, int64_t V, double alpha_min, double alpha_max) {
-    /* expf on floats (each term is in (0, 1], exact to ~1e-7), sums in double:
-     * this runs once per decode step on V logits, so it should cost little
-     * beside the step (V = 32000: ~0.1 ms rather than ~0.5 ms with exp). */
-    float max = logits[0];
-    for (int64_t v = 1; v < V; v++)
-        max = logits[v] > max ? logits[v] : max;
-    double sum = 0.0, sum_sq = 0.0;
-    for (int64_t v = 0; v < V; v++) {
-        double e = (double)expf(logits[v] - max);
-        sum += e;
-        sum_sq += e * e;
-    }
-    double collision = sum_sq / (sum * sum);
-    if (collision < alpha_min) collision = alpha_min;
-    if (collision > alpha_max) collision = alpha_max;
-    return (float)collision;
-}
-
+/* alpha and 1 - alpha from the primary's logits: the one alpha kernel (kernels/mixture.h). */
 static void update_alpha(eval_decode_session *s) {
     const model_config *c = &s->model->config;
-    s->alpha = s->run_branch ? eval_mixture_alpha(s->logits, c->vocab_size, c->mix_alpha_min, c->mix_alpha_max) : 1.0f;
+    s->alpha = 1.0f;
+    s->one_minus_alpha = 0.0;
+    if (s->run_branch)
+        k_mixture_alpha_range(&s->alpha, &s->one_minus_alpha, s->logits, 1, c->vocab_size, (float)c->mix_alpha_min,
+                              (float)c->mix_alpha_max);
 }
 
 void eval_decode_mixture(const eval_decode_session *s, float *probs) {
@@ -665,15 +617,14 @@ void eval_decode_mixture(const eval_decode_session *s, float *probs) {
         if (lp[v] > max_p) max_p = lp[v];
         if (lq[v] > max_q) max_q = lq[v];
     }
-    for (int64_t v = 0; v < V; v++)
-        sum_p += exp((double)lp[v] - max_p);
-    double alpha = s->run_branch ? s->alpha : 1.0;
-    if (alpha < 1.0)
-        for (int64_t v = 0; v < V; v++)
-            sum_q += exp((double)lq[v] - max_q);
+    for (int64_t v = 0; v < V; v++) sum_p += exp((double)lp[v] - max_p);
+    double alpha = s->run_branch ? s->alpha : 1.0,
+           beta = s->run_branch ? s->one_minus_alpha : 0.0; /* beta = 1 - alpha */
+    if (beta > 0.0)
+        for (int64_t v = 0; v < V; v++) sum_q += exp((double)lq[v] - max_q);
     for (int64_t v = 0; v < V; v++) {
         double r = alpha * exp((double)lp[v] - max_p) / sum_p;
-        if (alpha < 1.0) r += (1.0 - alpha) * exp((double)lq[v] - max_q) / sum_q;
+        if (beta > 0.0) r += beta * exp((double)lq[v] - max_q) / sum_q;
         probs[v] = (float)r;
     }
 }

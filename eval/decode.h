@@ -109,6 +109,7 @@ typedef struct eval_decode_session {
     eval_decode_prefill_buffers prefill;
     float *logits;               /* [2, V]: row 0 primary, row 1 branch (valid when run_branch), at `pos` */
     float alpha;                 /* mixture weight at `pos` (1 without a branch) */
+    double one_minus_alpha;      /* the branch's weight 1 - alpha, exact near alpha = 1 (kernels/mixture.h) */
     eval_decode_traffic traffic; /* of the last prefill or step */
     eval_team team;              /* stage counters of the step team (eval/team.h) */
 } eval_decode_session;
@@ -133,9 +134,6 @@ static inline const float *eval_decode_logits_branch(const eval_decode_session *
 /* probs [V] = the model's next-token distribution at `pos`: the mixture
  * alpha p + (1 - alpha) q for a branch model (p when the branch does not run). */
 void eval_decode_mixture(const eval_decode_session *s, float *probs);
-
-/* alpha = clip(sum_v softmax(logits)[v]^2, alpha_min, alpha_max) for logits [V] (SPEC §2). */
-float eval_mixture_alpha(const float *logits, int64_t V, double alpha_min, double alpha_max);
 
 const char *eval_decode_mode_name(eval_decode_mode mode);
 

@@ -6,6 +6,7 @@
  * fused bias + GELU pair has explicit AVX-512 code (see gelu_gate16). */
 #include "kernels/activation.h"
 
+#include "kernels/parallel.h"
 #include "kernels/vec_math.h"
 
 /* Below this many elements a parallel region costs more than it saves. */
@@ -82,12 +83,16 @@ static inline __mmask16 tail_mask(int64_t j, int64_t N) {
 #endif
 
 /* in, out [n]; out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-void k_gelu_forward(float *out, const float *in, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > PARALLEL_MIN_ELEMENTS)
+void k_gelu_forward_range(float *out, const float *in, int64_t n) {
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         const float x = in[i];
         out[i] = x * gelu_gate(x);
     }
+}
+
+void k_gelu_forward(float *out, const float *in, int64_t n) {
+    K_FOR_SHARES(n, n > PARALLEL_MIN_ELEMENTS, k_gelu_forward_range(out + i0, in + i0, i1 - i0));
 }
 
 /* d_in, d_out, in [n]; d_in += d_out * gelu'(x). With s = sigmoid(2u), so that
@@ -101,10 +106,9 @@ void k_gelu_backward(float *d_in, const float *d_out, const float *in, int64_t n
     }
 }
 
-/* pre, out [M,N]; bias [N] or NULL; pre += bias, out = gelu(pre) */
-void k_bias_gelu_forward(float *out, float *pre, const float *bias, int64_t M, int64_t N) {
-#pragma omp parallel for schedule(static) if (M * N > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+/* pre, out [rows,N]; bias [N] or NULL; pre += bias, out = gelu(pre) */
+void k_bias_gelu_forward_range(float *out, float *pre, const float *bias, int64_t rows, int64_t N) {
+    for (int64_t i = 0; i < rows; i++) {
         float *p = pre + i * N, *y = out + i * N;
 #if defined(__AVX512F__)
         for (int64_t j = 0; j < N; j += 16) {
@@ -127,11 +131,15 @@ void k_bias_gelu_forward(float *out, float *pre, const float *bias, int64_t M, i
     }
 }
 
-/* pre, out, coupled [M,N]; bias, couple [N] (bias may be NULL) */
-void k_bias_gelu_couple_forward(float *out, float *pre, const float *bias, const float *coupled, const float *couple,
-                                int64_t M, int64_t N) {
-#pragma omp parallel for schedule(static) if (M * N > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+void k_bias_gelu_forward(float *out, float *pre, const float *bias, int64_t M, int64_t N) {
+    K_FOR_SHARES(M, M * N > PARALLEL_MIN_ELEMENTS,
+                 k_bias_gelu_forward_range(out + i0 * N, pre + i0 * N, bias, i1 - i0, N));
+}
+
+/* pre, out, coupled [rows,N]; bias, couple [N] (bias may be NULL) */
+void k_bias_gelu_couple_forward_range(float *out, float *pre, const float *bias, const float *coupled,
+                                      const float *couple, int64_t rows, int64_t N) {
+    for (int64_t i = 0; i < rows; i++) {
         float *p = pre + i * N, *y = out + i * N;
         const float *z = coupled + i * N;
 #if defined(__AVX512F__)
@@ -154,6 +162,13 @@ void k_bias_gelu_couple_forward(float *out, float *pre, const float *bias, const
         }
 #endif
     }
+}
+
+void k_bias_gelu_couple_forward(float *out, float *pre, const float *bias, const float *coupled, const float *couple,
+                                int64_t M, int64_t N) {
+    K_FOR_SHARES(
+        M, M * N > PARALLEL_MIN_ELEMENTS,
+        k_bias_gelu_couple_forward_range(out + i0 * N, pre + i0 * N, bias, coupled + i0 * N, couple, i1 - i0, N));
 }
 
 /* Columns per block of k_bias_gelu_backward's column-parallel pass. */
@@ -240,10 +255,14 @@ void k_gelu_recompute_backward(float *hidden, float *d_pre, float *d_bias, const
 }
 
 /* in, out [n]; out = x * sigmoid(x) */
-void k_silu_forward(float *out, const float *in, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > PARALLEL_MIN_ELEMENTS)
+void k_silu_forward_range(float *out, const float *in, int64_t n) {
+#pragma omp simd
     for (int64_t i = 0; i < n; i++)
         out[i] = in[i] * k_sigmoid(in[i]);
+}
+
+void k_silu_forward(float *out, const float *in, int64_t n) {
+    K_FOR_SHARES(n, n > PARALLEL_MIN_ELEMENTS, k_silu_forward_range(out + i0, in + i0, i1 - i0));
 }
 
 /* d_in, d_out, in [n]; silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) */
@@ -256,10 +275,14 @@ void k_silu_backward(float *d_in, const float *d_out, const float *in, int64_t n
 }
 
 /* gate, up, out [n]; out = silu(gate) * up */
-void k_swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > PARALLEL_MIN_ELEMENTS)
+void k_swiglu_forward_range(float *out, const float *gate, const float *up, int64_t n) {
+#pragma omp simd
     for (int64_t i = 0; i < n; i++)
         out[i] = gate[i] * k_sigmoid(gate[i]) * up[i];
+}
+
+void k_swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
+    K_FOR_SHARES(n, n > PARALLEL_MIN_ELEMENTS, k_swiglu_forward_range(out + i0, gate + i0, up + i0, i1 - i0));
 }
 
 /* d_gate, d_up, d_out, gate, up [n]

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kernels/vec_math.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -648,8 +649,49 @@ void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out
 
 /* ----------------------------------------------------------------- decode */
 
-/* out [n_rows, H*hd]: softmax over positions 0..pos of q·k / sqrt(hd), applied to v.
- * q [n_rows, H*hd]; k_cache, v_cache [n_pos_max, Hkv*hd]; scratch [n_rows, H, pos+1] */
+/* out [n_rows, H*hd]: softmax over positions 0..pos of q·k / sqrt(hd), applied to v,
+ * for the query heads of kv heads [kv_begin, kv_end) only.
+ * q [n_rows, H*hd]; k_cache, v_cache [n_pos_max, Hkv*hd]; scratch [n_rows, H, pos+1]
+ * (each kv head writes only its own heads' part). */
+void k_attention_decode_range(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
+                              int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, int64_t kv_begin, int64_t kv_end,
+                              float *scratch) {
+    const int64_t hd = head_dim, group = H / Hkv, n_pos = pos + 1;
+    const int64_t q_stride = H * hd, kv_stride = Hkv * hd;
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    /* Head by head, each head's scores contiguous: the scores of a head are
+     * `omp simd` dot products and one vectorised k_exp pass. (Streaming K once
+     * for the whole group, with a score per (row, head) interleaved, measured
+     * 1.3-1.6x slower at the decode shapes: hd 32-64, a few hundred positions.) */
+    for (int64_t kv_head = kv_begin; kv_head < kv_end; kv_head++)
+        for (int64_t row = 0; row < n_rows; row++)
+            for (int64_t h = kv_head * group; h < (kv_head + 1) * group; h++) {
+                const float *q_head = q + row * q_stride + h * hd;
+                float *scores = scratch + (row * H + h) * n_pos, max = -INFINITY, sum = 0.0f;
+                for (int64_t t = 0; t < n_pos; t++) {
+                    const float *k = k_cache + t * kv_stride + kv_head * hd;
+                    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                    for (int64_t i = 0; i < hd; i++)
+                        dot += q_head[i] * k[i];
+                    scores[t] = dot * scale;
+                    max = scores[t] > max ? scores[t] : max;
+                }
+#pragma omp simd reduction(+ : sum)
+                for (int64_t t = 0; t < n_pos; t++)
+                    sum += (scores[t] = k_exp(scores[t] - max));
+                float *o = out + row * q_stride + h * hd;
+                memset(o, 0, (size_t)hd * sizeof(float));
+                for (int64_t t = 0; t < n_pos; t++) {
+                    const float *v = v_cache + t * kv_stride + kv_head * hd, p = scores[t] / sum;
+#pragma omp simd
+                    for (int64_t i = 0; i < hd; i++)
+                        o[i] += p * v[i];
+                }
+            }
+}
+
+/* The core with one kv head per work item. */
 void k_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
                         int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, float *scratch) {
     if (n_rows <= 0 || pos < 0) return;
@@ -657,55 +699,8 @@ void k_attention_decode(float *out, const float *q, const float *k_cache, const 
         fill_nan(out, n_rows * (H > 0 ? H : 0) * (head_dim > 0 ? head_dim : 0));
         return;
     }
-    const int hd = (int)head_dim;
-    const int64_t group = H / Hkv;
-    const int64_t n_pos = pos + 1;
-    const int64_t q_stride = H * hd, kv_stride = Hkv * hd;
-    const float scale_log2 = (float)(M_LOG2E / sqrt((double)hd));
-
-    /* One thread per kv head: it streams that head's K and V once for every
-     * query row and every query head of the group. */
-#pragma omp parallel for schedule(static) if (Hkv > 1 && n_rows * H * n_pos * hd > DECODE_PARALLEL_MIN_WORK)
-    for (int64_t kv_head = 0; kv_head < Hkv; kv_head++) {
-        const int64_t h_first = kv_head * group;
-        for (int64_t s = 0; s < n_pos; s++) {
-            const float *k_row = k_cache + s * kv_stride + kv_head * hd;
-            for (int64_t row = 0; row < n_rows; row++)
-                for (int64_t h = h_first; h < h_first + group; h++)
-                    scratch[(row * H + h) * n_pos + s] =
-                        dot_product(q + row * q_stride + h * hd, k_row, hd) * scale_log2;
-        }
-        for (int64_t row = 0; row < n_rows; row++)
-            for (int64_t h = h_first; h < h_first + group; h++) {
-                float *scores = scratch + (row * H + h) * n_pos;
-                float max = -INFINITY;
-                for (int64_t s = 0; s < n_pos; s++)
-                    max = scores[s] > max ? scores[s] : max;
-                float sum = 0.0f;
-                int64_t s = 0;
-                for (; s + VEC <= n_pos; s += VEC) {
-                    const vecf p = vec_exp2(vec_load(scores + s) - max);
-                    sum += vec_reduce_sum(p);
-                    vec_store(scores + s, p);
-                }
-                for (; s < n_pos; s++) {
-                    scores[s] = exp2f(scores[s] - max);
-                    sum += scores[s];
-                }
-                const float inv_sum = 1.0f / sum;
-                for (s = 0; s < n_pos; s++)
-                    scores[s] *= inv_sum;
-                memset(out + row * q_stride + h * hd, 0, (size_t)hd * sizeof(float));
-            }
-        for (int64_t s = 0; s < n_pos; s++) {
-            const float *v_row = v_cache + s * kv_stride + kv_head * hd;
-            for (int64_t row = 0; row < n_rows; row++)
-                for (int64_t h = h_first; h < h_first + group; h++) {
-                    const float p = scratch[(row * H + h) * n_pos + s];
-                    float *o = out + row * q_stride + h * hd;
-                    for (int d = 0; d < hd; d++)
-                        o[d] += p * v_row[d];
-                }
-        }
-    }
+#pragma omp parallel for schedule(static) if (Hkv > 1 && n_rows * H * (pos + 1) * head_dim > DECODE_PARALLEL_MIN_WORK)
+    for (int64_t kv_head = 0; kv_head < Hkv; kv_head++)
+        k_attention_decode_range(out, q, k_cache, v_cache, n_rows, pos, H, Hkv, head_dim, kv_head, kv_head + 1,
+                                 scratch);
 }

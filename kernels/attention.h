@@ -57,5 +57,12 @@ void k_attention_backward_into(float *d_q, int accumulate_q, float *d_k, int acc
  * scratch holds n_rows * H * (pos + 1) floats. */
 void k_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
                         int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, float *scratch);
+/* Its single-threaded core (kernels/norm.h names the scheme) for the query
+ * heads of kv heads [kv_begin, kv_end): the same arguments, out and scratch
+ * written only there, so threads may run disjoint kv-head ranges at once.
+ * Shapes must be valid (k_attention_check); the wrapper fills NaN otherwise. */
+void k_attention_decode_range(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
+                              int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, int64_t kv_begin, int64_t kv_end,
+                              float *scratch);
 
 #endif

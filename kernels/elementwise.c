@@ -7,6 +7,8 @@
  * partial buffers, and the result is bit-identical for every thread count. */
 #include "kernels/elementwise.h"
 
+#include "kernels/parallel.h"
+
 /* Below this many elements a parallel region costs more than it saves (and on
  * a shared 2-core machine many tiny regions stall on spinning barriers). */
 #define PARALLEL_MIN_ELEMENTS 65536
@@ -14,38 +16,53 @@
 #define COLUMN_BLOCK 64
 
 /* out, a, b [n]; out = a + b */
-void k_add(float *out, const float *a, const float *b, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > PARALLEL_MIN_ELEMENTS)
+void k_add_range(float *out, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
 }
 
+void k_add(float *out, const float *a, const float *b, int64_t n) {
+    K_FOR_SHARES(n, n > PARALLEL_MIN_ELEMENTS, k_add_range(out + i0, a + i0, b + i0, i1 - i0));
+}
+
 /* out, a, b [n]; out = a * b */
-void k_mul(float *out, const float *a, const float *b, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > PARALLEL_MIN_ELEMENTS)
+void k_mul_range(float *out, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         out[i] = a[i] * b[i];
 }
 
+void k_mul(float *out, const float *a, const float *b, int64_t n) {
+    K_FOR_SHARES(n, n > PARALLEL_MIN_ELEMENTS, k_mul_range(out + i0, a + i0, b + i0, i1 - i0));
+}
+
 /* out, a [n]; out = s * a */
-void k_scale(float *out, const float *a, float s, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > PARALLEL_MIN_ELEMENTS)
+void k_scale_range(float *out, const float *a, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         out[i] = s * a[i];
 }
 
+void k_scale(float *out, const float *a, float s, int64_t n) {
+    K_FOR_SHARES(n, n > PARALLEL_MIN_ELEMENTS, k_scale_range(out + i0, a + i0, s, i1 - i0));
+}
+
 /* dst, src [n]; dst += src */
-void k_accumulate(float *dst, const float *src, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > PARALLEL_MIN_ELEMENTS)
+void k_accumulate_range(float *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         dst[i] += src[i];
 }
 
+void k_accumulate(float *dst, const float *src, int64_t n) {
+    K_FOR_SHARES(n, n > PARALLEL_MIN_ELEMENTS, k_accumulate_range(dst + i0, src + i0, i1 - i0));
+}
+
 /* dst, src [n]; dst += s * src */
-void k_accumulate_scaled(float *dst, const float *src, float s, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > PARALLEL_MIN_ELEMENTS)
+void k_accumulate_scaled_range(float *dst, const float *src, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         dst[i] += s * src[i];
+}
+
+void k_accumulate_scaled(float *dst, const float *src, float s, int64_t n) {
+    K_FOR_SHARES(n, n > PARALLEL_MIN_ELEMENTS, k_accumulate_scaled_range(dst + i0, src + i0, s, i1 - i0));
 }
 
 /* d_a, d_b, d_out, a, b [n]; d_a += d_out * b ; d_b += d_out * a (NULL skipped) */
@@ -63,9 +80,8 @@ void k_mul_backward(float *d_a, float *d_b, const float *d_out, const float *a, 
 }
 
 /* x, out [M,C]; v [C]; out = x + v broadcast over rows */
-void k_add_vec(float *out, const float *x, const float *v, int64_t M, int64_t C) {
-#pragma omp parallel for schedule(static) if (M * C > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+void k_add_vec_range(float *out, const float *x, const float *v, int64_t rows, int64_t C) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *x_row = x + i * C;
         float *out_row = out + i * C;
         for (int64_t j = 0; j < C; j++)
@@ -73,10 +89,13 @@ void k_add_vec(float *out, const float *x, const float *v, int64_t M, int64_t C)
     }
 }
 
+void k_add_vec(float *out, const float *x, const float *v, int64_t M, int64_t C) {
+    K_FOR_SHARES(M, M * C > PARALLEL_MIN_ELEMENTS, k_add_vec_range(out + i0 * C, x + i0 * C, v, i1 - i0, C));
+}
+
 /* x, out [M,C]; v [C]; out = x * v broadcast over rows */
-void k_mul_vec(float *out, const float *x, const float *v, int64_t M, int64_t C) {
-#pragma omp parallel for schedule(static) if (M * C > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+void k_mul_vec_range(float *out, const float *x, const float *v, int64_t rows, int64_t C) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *x_row = x + i * C;
         float *out_row = out + i * C;
         for (int64_t j = 0; j < C; j++)
@@ -84,15 +103,22 @@ void k_mul_vec(float *out, const float *x, const float *v, int64_t M, int64_t C)
     }
 }
 
+void k_mul_vec(float *out, const float *x, const float *v, int64_t M, int64_t C) {
+    K_FOR_SHARES(M, M * C > PARALLEL_MIN_ELEMENTS, k_mul_vec_range(out + i0 * C, x + i0 * C, v, i1 - i0, C));
+}
+
 /* out, y [M,C]; v [C]; out += y * v broadcast over rows */
-void k_accumulate_mul_vec(float *out, const float *y, const float *v, int64_t M, int64_t C) {
-#pragma omp parallel for schedule(static) if (M * C > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+void k_accumulate_mul_vec_range(float *out, const float *y, const float *v, int64_t rows, int64_t C) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *y_row = y + i * C;
         float *out_row = out + i * C;
         for (int64_t j = 0; j < C; j++)
             out_row[j] += y_row[j] * v[j];
     }
+}
+
+void k_accumulate_mul_vec(float *out, const float *y, const float *v, int64_t M, int64_t C) {
+    K_FOR_SHARES(M, M * C > PARALLEL_MIN_ELEMENTS, k_accumulate_mul_vec_range(out + i0 * C, y + i0 * C, v, i1 - i0, C));
 }
 
 /* d_x, d_out, x [M,C]; v, d_v [C]
@@ -141,15 +167,18 @@ void k_sum_rows(float *d_v, const float *d_out, int64_t M, int64_t C) {
 }
 
 /* x, out [M,C]; s [M]; out = x * s per row */
-void k_scale_rows(float *out, const float *x, const float *s, int64_t M, int64_t C) {
-#pragma omp parallel for schedule(static) if (M * C > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+void k_scale_rows_range(float *out, const float *x, const float *s, int64_t rows, int64_t C) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *x_row = x + i * C;
         float *out_row = out + i * C;
         float scale = s[i];
         for (int64_t j = 0; j < C; j++)
             out_row[j] = x_row[j] * scale;
     }
+}
+
+void k_scale_rows(float *out, const float *x, const float *s, int64_t M, int64_t C) {
+    K_FOR_SHARES(M, M * C > PARALLEL_MIN_ELEMENTS, k_scale_rows_range(out + i0 * C, x + i0 * C, s + i0, i1 - i0, C));
 }
 
 /* d_x, d_out, x [M,C]; s, d_s [M]
@@ -176,14 +205,17 @@ void k_scale_rows_backward(float *d_x, float *d_s, const float *d_out, const flo
 }
 
 /* x [N,C]; idx [M] in 0..N-1; out [M,C] = x[idx[m], :] */
-void k_gather_rows(float *out, const float *x, const int32_t *idx, int64_t M, int64_t C) {
-#pragma omp parallel for schedule(static) if (M * C > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+void k_gather_rows_range(float *out, const float *x, const int32_t *idx, int64_t rows, int64_t C) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *x_row = x + (int64_t)idx[i] * C;
         float *out_row = out + i * C;
         for (int64_t j = 0; j < C; j++)
             out_row[j] = x_row[j];
     }
+}
+
+void k_gather_rows(float *out, const float *x, const int32_t *idx, int64_t M, int64_t C) {
+    K_FOR_SHARES(M, M * C > PARALLEL_MIN_ELEMENTS, k_gather_rows_range(out + i0 * C, x, idx + i0, i1 - i0, C));
 }
 
 /* src [M,C]; idx [M]; out [N,C]; out[idx[m], :] += src[m, :].

@@ -8,27 +8,37 @@
 
 #include <string.h>
 
+#include "kernels/parallel.h"
+
 /* Below this many elements a parallel region costs more than it saves. */
 #define PARALLEL_MIN_ELEMENTS 32768
 /* Columns per block in the column-parallel scatter-add. */
 #define COLUMN_BLOCK 64
 
 /* weight [V,C]; tokens [N] in 0..V-1; out [N,C] = weight[tokens[n], :] */
-void k_embedding_forward(float *out, const float *weight, const int32_t *tokens, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static) if (N * C > PARALLEL_MIN_ELEMENTS)
-    for (int64_t n = 0; n < N; n++)
+void k_embedding_forward_range(float *out, const float *weight, const int32_t *tokens, int64_t rows, int64_t C) {
+    for (int64_t n = 0; n < rows; n++)
         memcpy(out + n * C, weight + (int64_t)tokens[n] * C, (size_t)C * sizeof(float));
 }
 
+void k_embedding_forward(float *out, const float *weight, const int32_t *tokens, int64_t N, int64_t C) {
+    K_FOR_SHARES(N, N * C > PARALLEL_MIN_ELEMENTS,
+                 k_embedding_forward_range(out + i0 * C, weight, tokens + i0, i1 - i0, C));
+}
+
 /* weight [V,C]; tokens [N] in 0..V-1; out [N,C] += weight[tokens[n], :] */
-void k_embedding_accumulate(float *out, const float *weight, const int32_t *tokens, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static) if (N * C > PARALLEL_MIN_ELEMENTS)
-    for (int64_t n = 0; n < N; n++) {
+void k_embedding_accumulate_range(float *out, const float *weight, const int32_t *tokens, int64_t rows, int64_t C) {
+    for (int64_t n = 0; n < rows; n++) {
         const float *row = weight + (int64_t)tokens[n] * C;
         float *y = out + n * C;
         for (int64_t j = 0; j < C; j++)
             y[j] += row[j];
     }
+}
+
+void k_embedding_accumulate(float *out, const float *weight, const int32_t *tokens, int64_t N, int64_t C) {
+    K_FOR_SHARES(N, N * C > PARALLEL_MIN_ELEMENTS,
+                 k_embedding_accumulate_range(out + i0 * C, weight, tokens + i0, i1 - i0, C));
 }
 
 /* d_out [N,C]; tokens [N]; d_weight [V,C]: d_weight[tokens[n], :] += d_out[n, :] */

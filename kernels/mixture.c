@@ -89,18 +89,46 @@ static row_stats compute_row_stats(const float *x, int64_t V, int want_sum_sq) {
     return stats;
 }
 
-/* Everything the forward and backward of one row share. */
+/* alpha of one row from its primary's statistics (row_stats with
+ * want_sum_sq): S = sum p^2, alpha = clip(S, alpha_min, alpha_max), and the
+ * differences near 1 formed from R without cancellation. */
 typedef struct {
-    row_stats p, q;
     double collision;            /* S = sum_v p(v)^2 */
     double one_minus_collision;  /* 1 - S, from R without cancellation */
     double pmax_minus_collision; /* p_max - S, likewise */
     double alpha;                /* clip(S, alpha_min, alpha_max) */
-    double log_p_y;              /* log p(y) */
-    double log_q_y;              /* log q(y) */
-    double log_term_p;           /* log alpha + log p(y)         (valid when 0 < alpha) */
-    double log_term_q;           /* log1p(-alpha) + log q(y)     (valid when alpha < 1) */
-    double nll;                  /* -log r(y) */
+    int alpha_is_collision;      /* alpha == S and 1 - S > 0: 1 - alpha is one_minus_collision */
+    double one_minus_alpha;      /* 1 - alpha: one_minus_collision, or 1 - alpha at a bound */
+} alpha_terms;
+
+static alpha_terms compute_alpha(const row_stats *p, float alpha_min, float alpha_max) {
+    alpha_terms a;
+    a.collision = p->sum_exp_sq / (p->sum_exp * p->sum_exp);
+    {
+        /* Z = e + R, sum e^2 = e^2 + R2: Z^2 - sum e^2 = 2eR + R^2 - R2 and
+         * e Z - sum e^2 = eR - R2, where R^2 >= R2 and eR >= R2. */
+        const double e = p->e_max, R = p->rest_sum, R2 = p->rest_sum_sq, Z2 = p->sum_exp * p->sum_exp;
+        a.one_minus_collision = (2.0 * e * R + R * R - R2) / Z2;
+        a.pmax_minus_collision = (e * R - R2) / Z2;
+    }
+    double alpha = a.collision;
+    if (alpha < (double)alpha_min) alpha = (double)alpha_min;
+    if (alpha > (double)alpha_max) alpha = (double)alpha_max;
+    a.alpha = alpha;
+    a.alpha_is_collision = alpha == a.collision && a.one_minus_collision > 0.0;
+    a.one_minus_alpha = a.alpha_is_collision ? a.one_minus_collision : 1.0 - alpha;
+    return a;
+}
+
+/* Everything the forward and backward of one row share. */
+typedef struct {
+    row_stats p, q;
+    alpha_terms a;
+    double log_p_y;    /* log p(y) */
+    double log_q_y;    /* log q(y) */
+    double log_term_p; /* log alpha + log p(y)         (valid when 0 < alpha) */
+    double log_term_q; /* log1p(-alpha) + log q(y)     (valid when alpha < 1) */
+    double nll;        /* -log r(y) */
 } mixture_row;
 
 /* logits_p, logits_q [V]; y the target. */
@@ -109,24 +137,13 @@ static mixture_row compute_mixture_row(const float *logits_p, const float *logit
     mixture_row row;
     row.p = compute_row_stats(logits_p, V, 1);
     row.q = compute_row_stats(logits_q, V, 0);
-    row.collision = row.p.sum_exp_sq / (row.p.sum_exp * row.p.sum_exp);
-    {
-        /* Z = e + R, sum e^2 = e^2 + R2: Z^2 - sum e^2 = 2eR + R^2 - R2 and
-         * e Z - sum e^2 = eR - R2, where R^2 >= R2 and eR >= R2. */
-        const double e = row.p.e_max, R = row.p.rest_sum, R2 = row.p.rest_sum_sq, Z2 = row.p.sum_exp * row.p.sum_exp;
-        row.one_minus_collision = (2.0 * e * R + R * R - R2) / Z2;
-        row.pmax_minus_collision = (e * R - R2) / Z2;
-    }
-    double alpha = row.collision;
-    if (alpha < (double)alpha_min) alpha = (double)alpha_min;
-    if (alpha > (double)alpha_max) alpha = (double)alpha_max;
-    row.alpha = alpha;
+    row.a = compute_alpha(&row.p, alpha_min, alpha_max);
+    const double alpha = row.a.alpha;
     row.log_p_y = (double)logits_p[y] - row.p.log_normaliser;
     row.log_q_y = (double)logits_q[y] - row.q.log_normaliser;
     row.log_term_p = alpha > 0.0 ? log(alpha) + row.log_p_y : -INFINITY;
     /* log(1 - alpha): from 1 - S when alpha = S (accurate near 1), else log1p(-alpha). */
-    const double log_one_minus_alpha =
-        alpha == row.collision && row.one_minus_collision > 0.0 ? log(row.one_minus_collision) : log1p(-alpha);
+    const double log_one_minus_alpha = row.a.alpha_is_collision ? log(row.a.one_minus_collision) : log1p(-alpha);
     row.log_term_q = alpha < 1.0 ? log_one_minus_alpha + row.log_q_y : -INFINITY;
     if (alpha <= 0.0) {
         row.nll = -row.log_term_q; /* the primary's term has weight 0: dropped */
@@ -139,6 +156,24 @@ static mixture_row compute_mixture_row(const float *logits_p, const float *logit
     return row;
 }
 
+/* logits_p [rows,V]; alpha [rows]; one_minus_alpha [rows] or NULL */
+void k_mixture_alpha_range(float *alpha, double *one_minus_alpha, const float *logits_p, int64_t rows, int64_t V,
+                           float alpha_min, float alpha_max) {
+    for (int64_t m = 0; m < rows; m++) {
+        const row_stats p = compute_row_stats(logits_p + m * V, V, 1);
+        const alpha_terms a = compute_alpha(&p, alpha_min, alpha_max);
+        alpha[m] = (float)a.alpha;
+        if (one_minus_alpha) one_minus_alpha[m] = a.one_minus_alpha;
+    }
+}
+
+/* logits_p [M,V]; alpha [M]: k_mixture_alpha_range over blocks of rows */
+void k_mixture_alpha(float *alpha, const float *logits_p, int64_t M, int64_t V, float alpha_min, float alpha_max) {
+#pragma omp parallel for schedule(static) if (M * V > PARALLEL_MIN_ELEMENTS)
+    for (int64_t m = 0; m < M; m++)
+        k_mixture_alpha_range(alpha + m, NULL, logits_p + m * V, 1, V, alpha_min, alpha_max);
+}
+
 /* logits_p, logits_q [M,V]; targets [M]; nll, alpha, ce_p, ce_q [M] (ce_p, ce_q may be NULL) */
 void k_mixture_forward(float *nll, float *alpha, float *ce_p, float *ce_q, const float *logits_p, const float *logits_q,
                        const int32_t *targets, int64_t M, int64_t V, float alpha_min, float alpha_max) {
@@ -146,7 +181,7 @@ void k_mixture_forward(float *nll, float *alpha, float *ce_p, float *ce_q, const
     for (int64_t m = 0; m < M; m++) {
         mixture_row row = compute_mixture_row(logits_p + m * V, logits_q + m * V, targets[m], V, alpha_min, alpha_max);
         nll[m] = (float)row.nll;
-        alpha[m] = (float)row.alpha;
+        alpha[m] = (float)row.a.alpha;
         if (ce_p) ce_p[m] = (float)-row.log_p_y;
         if (ce_q) ce_q[m] = (float)-row.log_q_y;
     }
@@ -171,10 +206,10 @@ void k_mixture_backward(float *d_logits_p, float *d_logits_q, const float *d_nll
         double scale = (double)d_nll[m];
 
         double weight_p, weight_q; /* responsibilities w_p, w_q (sum to 1) */
-        if (row.alpha <= 0.0) {
+        if (row.a.alpha <= 0.0) {
             weight_p = 0.0;
             weight_q = 1.0;
-        } else if (row.alpha >= 1.0) {
+        } else if (row.a.alpha >= 1.0) {
             weight_p = 1.0;
             weight_q = 0.0;
         } else {
@@ -195,8 +230,8 @@ void k_mixture_backward(float *d_logits_p, float *d_logits_q, const float *d_nll
 
         if (d_logits_p) {
             float *d_p = d_logits_p + m * V;
-            int alpha_has_gradient = !alpha_detach && alpha_min < alpha_max && row.collision >= (double)alpha_min &&
-                                     row.collision <= (double)alpha_max && row.alpha > 0.0 && row.alpha < 1.0;
+            int alpha_has_gradient = !alpha_detach && alpha_min < alpha_max && row.a.collision >= (double)alpha_min &&
+                                     row.a.collision <= (double)alpha_max && row.a.alpha > 0.0 && row.a.alpha < 1.0;
             double d_alpha = 0.0; /* scale * dnll/dalpha */
             if (alpha_has_gradient) {
                 double log_r = -row.nll;
@@ -204,7 +239,7 @@ void k_mixture_backward(float *d_logits_p, float *d_logits_q, const float *d_nll
             }
             const float inv_sum = (float)(1.0 / row.p.sum_exp), p_max = row.p.max;
             const float coef_p = (float)(scale * weight_p), coef_alpha = (float)(2.0 * d_alpha);
-            const float collision = (float)row.collision;
+            const float collision = (float)row.a.collision;
             const int64_t imax = row.p.imax;
             const float d_p_imax = d_p[imax];
 #pragma omp simd
@@ -214,7 +249,7 @@ void k_mixture_backward(float *d_logits_p, float *d_logits_q, const float *d_nll
             }
             /* The maximal column again with p_max - S formed without cancellation. */
             const double p_imax = row.p.e_max / row.p.sum_exp;
-            d_p[imax] = d_p_imax + (float)(p_imax * ((double)coef_p + (double)coef_alpha * row.pmax_minus_collision));
+            d_p[imax] = d_p_imax + (float)(p_imax * ((double)coef_p + (double)coef_alpha * row.a.pmax_minus_collision));
             d_p[y] -= coef_p;
         }
     }

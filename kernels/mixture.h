@@ -17,6 +17,19 @@ void k_mixture_forward(float *nll, float *alpha, float *ce_p, float *ce_q, const
                        const float *logits_q, const int32_t *targets, int64_t M, int64_t V, float alpha_min,
                        float alpha_max);
 
+/* alpha alone (logits-only forwards, decode), the same numbers as
+ * k_mixture_forward's alpha. One implementation for training, evaluation and
+ * decode: near alpha = 1 (a confident primary) 1 - alpha is formed from the
+ * non-maximal exponentials, not by subtracting from a number near 1
+ * (docs/DECISIONS.md "Mixture near alpha = 1").
+ * Core, single-threaded over a row range: logits_p [rows,V] -> alpha [rows]
+ * and one_minus_alpha [rows] (may be NULL; exact to ~1e-7 relative even when
+ * float alpha rounds to 1). */
+void k_mixture_alpha_range(float *alpha, double *one_minus_alpha, const float *logits_p, int64_t rows, int64_t V,
+                           float alpha_min, float alpha_max);
+/* OpenMP wrapper: logits_p [M,V] -> alpha [M]. */
+void k_mixture_alpha(float *alpha, const float *logits_p, int64_t M, int64_t V, float alpha_min, float alpha_max);
+
 /* d_logits_p, d_logits_q [M,V] accumulate (+=) d_nll[m] * d nll[m] / d logits.
  * d_logits_p NULL: the primary is a constant (detach_primary).
  * alpha_detach: no gradient through alpha (only through p(y)). */

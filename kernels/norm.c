@@ -12,16 +12,17 @@
 
 #include <math.h>
 
+#include "kernels/parallel.h"
+
 /* Below this many elements a parallel region costs more than it saves. */
 #define PARALLEL_MIN_ELEMENTS 32768
 /* Columns per block in the column-parallel weight reductions. */
 #define COLUMN_BLOCK 64
 
-/* in, out [M,C]; weight, bias [C]; mean, rstd [M] */
-void k_layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *weight, const float *bias,
-                         int64_t M, int64_t C, float eps) {
-#pragma omp parallel for schedule(static) if (M * C > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+/* in, out [rows,C]; weight, bias [C]; mean, rstd [rows] */
+void k_layernorm_forward_range(float *out, float *mean, float *rstd, const float *in, const float *weight,
+                               const float *bias, int64_t rows, int64_t C, float eps) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *x = in + i * C;
         float *y = out + i * C;
         double sum = 0.0;
@@ -46,6 +47,13 @@ void k_layernorm_forward(float *out, float *mean, float *rstd, const float *in, 
         mean[i] = m;
         rstd[i] = r;
     }
+}
+
+void k_layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *weight, const float *bias,
+                         int64_t M, int64_t C, float eps) {
+    K_FOR_SHARES(
+        M, M * C > PARALLEL_MIN_ELEMENTS,
+        k_layernorm_forward_range(out + i0 * C, mean + i0, rstd + i0, in + i0 * C, weight, bias, i1 - i0, C, eps));
 }
 
 /* d_in, d_out, in [M,C]; d_weight, d_bias, weight [C]; mean, rstd [M].
@@ -94,10 +102,10 @@ void k_layernorm_backward(float *d_in, float *d_weight, float *d_bias, const flo
     }
 }
 
-/* in, out [M,C]; weight [C]; rstd [M] */
-void k_rmsnorm_forward(float *out, float *rstd, const float *in, const float *weight, int64_t M, int64_t C, float eps) {
-#pragma omp parallel for schedule(static) if (M * C > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+/* in, out [rows,C]; weight [C]; rstd [rows] */
+void k_rmsnorm_forward_range(float *out, float *rstd, const float *in, const float *weight, int64_t rows, int64_t C,
+                             float eps) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *x = in + i * C;
         float *y = out + i * C;
         double sum_sq = 0.0;
@@ -109,6 +117,11 @@ void k_rmsnorm_forward(float *out, float *rstd, const float *in, const float *we
             y[j] = x[j] * r * weight[j];
         rstd[i] = r;
     }
+}
+
+void k_rmsnorm_forward(float *out, float *rstd, const float *in, const float *weight, int64_t M, int64_t C, float eps) {
+    K_FOR_SHARES(M, M * C > PARALLEL_MIN_ELEMENTS,
+                 k_rmsnorm_forward_range(out + i0 * C, rstd + i0, in + i0 * C, weight, i1 - i0, C, eps));
 }
 
 /* d_in, d_out, in [M,C]; d_weight, weight [C]; rstd [M].

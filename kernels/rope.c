@@ -21,14 +21,12 @@ void k_rope_table(float *table, int64_t n_pos, int64_t head_dim, double theta) {
     }
 }
 
-/* x [B,T,n_head*head_dim] rotated in place; table [>= pos0+T, head_dim/2, 2].
- * (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos) */
-void k_rope_forward(float *x, const float *table, int64_t B, int64_t T, int64_t pos0, int64_t n_head,
-                    int64_t head_dim) {
-    int64_t half = head_dim / 2, width = n_head * head_dim;
-#pragma omp parallel for schedule(static) if (B * T * width > PARALLEL_MIN_ELEMENTS)
-    for (int64_t row = 0; row < B * T; row++) {
-        const float *angles = table + (pos0 + row % T) * half * 2; /* [half, 2] for this position */
+/* x [rows,n_head*head_dim] rotated in place, row r at position pos0 + r;
+ * table [>= pos0+rows, head_dim/2, 2]. (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos) */
+void k_rope_forward_range(float *x, const float *table, int64_t rows, int64_t pos0, int64_t n_head, int64_t head_dim) {
+    const int64_t half = head_dim / 2, width = n_head * head_dim;
+    for (int64_t row = 0; row < rows; row++) {
+        const float *angles = table + (pos0 + row) * half * 2; /* [half, 2] for this position */
         float *x_row = x + row * width;
         for (int64_t h = 0; h < n_head; h++) {
             float *head = x_row + h * head_dim;
@@ -40,6 +38,15 @@ void k_rope_forward(float *x, const float *table, int64_t B, int64_t T, int64_t 
             }
         }
     }
+}
+
+/* x [B,T,n_head*head_dim]: the core per row (rows of a batch restart at pos0) */
+void k_rope_forward(float *x, const float *table, int64_t B, int64_t T, int64_t pos0, int64_t n_head,
+                    int64_t head_dim) {
+    const int64_t width = n_head * head_dim;
+#pragma omp parallel for schedule(static) if (B * T * width > PARALLEL_MIN_ELEMENTS)
+    for (int64_t row = 0; row < B * T; row++)
+        k_rope_forward_range(x + row * width, table, 1, pos0 + row % T, n_head, head_dim);
 }
 
 /* d_in, d_out [B,T,n_head*head_dim]; d_in += R^T d_out, R^T being the rotation by -angle:

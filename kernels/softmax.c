@@ -6,6 +6,7 @@
 
 #include <math.h>
 
+#include "kernels/parallel.h"
 #include "kernels/vec_math.h"
 
 /* Below this many elements a parallel region costs more than it saves. */
@@ -27,10 +28,9 @@ static double row_logsumexp(const float *x, int64_t n) {
     return (double)m + log(sum);
 }
 
-/* in, out [M,N] */
-void k_softmax_forward(float *out, const float *in, int64_t M, int64_t N) {
-#pragma omp parallel for schedule(static) if (M * N > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+/* in, out [rows,N] */
+void k_softmax_forward_range(float *out, const float *in, int64_t rows, int64_t N) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *x = in + i * N;
         float *y = out + i * N;
         float m = row_max(x, N);
@@ -43,6 +43,10 @@ void k_softmax_forward(float *out, const float *in, int64_t M, int64_t N) {
         for (int64_t j = 0; j < N; j++)
             y[j] *= inv_sum;
     }
+}
+
+void k_softmax_forward(float *out, const float *in, int64_t M, int64_t N) {
+    K_FOR_SHARES(M, M * N > PARALLEL_MIN_ELEMENTS, k_softmax_forward_range(out + i0 * N, in + i0 * N, i1 - i0, N));
 }
 
 /* d_in, d_out, out [M,N]; d_in += out * (d_out - sum(d_out * out)) */
@@ -60,16 +64,19 @@ void k_softmax_backward(float *d_in, const float *d_out, const float *out, int64
     }
 }
 
-/* in, out [M,N]; out = x - logsumexp(x) */
-void k_log_softmax_forward(float *out, const float *in, int64_t M, int64_t N) {
-#pragma omp parallel for schedule(static) if (M * N > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+/* in, out [rows,N]; out = x - logsumexp(x) */
+void k_log_softmax_forward_range(float *out, const float *in, int64_t rows, int64_t N) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *x = in + i * N;
         float *y = out + i * N;
         double lse = row_logsumexp(x, N);
         for (int64_t j = 0; j < N; j++)
             y[j] = (float)((double)x[j] - lse);
     }
+}
+
+void k_log_softmax_forward(float *out, const float *in, int64_t M, int64_t N) {
+    K_FOR_SHARES(M, M * N > PARALLEL_MIN_ELEMENTS, k_log_softmax_forward_range(out + i0 * N, in + i0 * N, i1 - i0, N));
 }
 
 /* d_in, d_out, out [M,N]; d_in += d_out - exp(out) * sum(d_out) */
@@ -114,10 +121,9 @@ static void cross_entropy_row_stats(const float *x, int64_t V, float *row_max_ou
 
 /* logits [M,V]; targets [M]; losses [M] = logsumexp(logits[m]) - logits[m, y];
  * stats [M,2] (may be NULL): each row's max and log sum exp(x - max) */
-void k_cross_entropy_forward_stats(float *losses, float *stats, const float *logits, const int32_t *targets,
-                                   int64_t M, int64_t V) {
-#pragma omp parallel for schedule(static) if (M * V > PARALLEL_MIN_ELEMENTS)
-    for (int64_t i = 0; i < M; i++) {
+void k_cross_entropy_forward_stats_range(float *losses, float *stats, const float *logits, const int32_t *targets,
+                                         int64_t rows, int64_t V) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *x = logits + i * V;
         float m, log_sum;
         cross_entropy_row_stats(x, V, &m, &log_sum);
@@ -127,6 +133,13 @@ void k_cross_entropy_forward_stats(float *losses, float *stats, const float *log
             stats[2 * i + 1] = log_sum;
         }
     }
+}
+
+void k_cross_entropy_forward_stats(float *losses, float *stats, const float *logits, const int32_t *targets, int64_t M,
+                                   int64_t V) {
+    K_FOR_SHARES(M, M * V > PARALLEL_MIN_ELEMENTS,
+                 k_cross_entropy_forward_stats_range(losses + i0, stats ? stats + 2 * i0 : NULL, logits + i0 * V,
+                                                     targets + i0, i1 - i0, V));
 }
 
 void k_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets, int64_t M, int64_t V) {

@@ -6,7 +6,10 @@
  * kept value that is >= it: a later index never overtakes an equal earlier one. */
 #include "kernels/topk.h"
 
+#include "kernels/parallel.h"
+
 #include <math.h>
+#include <stddef.h>
 
 /* Below this many compared elements a parallel region costs more than it saves. */
 #define PARALLEL_MIN_ELEMENTS 32768
@@ -17,10 +20,9 @@ static inline int ranks_above(float v, float w) { return v > w || (isnan(w) && !
 
 /* x [M,N]; idx [M,k]; values [M,k] or NULL.
  * Slots beyond N (k > N) get index -1 and value -INFINITY. NaN ranks below every number. */
-void k_topk(int32_t *idx, float *values, const float *x, int64_t M, int64_t N, int64_t k) {
+void k_topk_range(int32_t *idx, float *values, const float *x, int64_t rows, int64_t N, int64_t k) {
     if (k <= 0) return;
-#pragma omp parallel for schedule(static) if (M * N * k > PARALLEL_MIN_ELEMENTS)
-    for (int64_t m = 0; m < M; m++) {
+    for (int64_t m = 0; m < rows; m++) {
         const float *row = x + m * N;
         int32_t *best = idx + m * k; /* the sorted candidate list lives in the output */
         int64_t count = 0;
@@ -45,4 +47,10 @@ void k_topk(int32_t *idx, float *values, const float *x, int64_t M, int64_t N, i
             for (int64_t slot = 0; slot < k; slot++)
                 values[m * k + slot] = best[slot] >= 0 ? row[best[slot]] : -INFINITY;
     }
+}
+
+void k_topk(int32_t *idx, float *values, const float *x, int64_t M, int64_t N, int64_t k) {
+    if (k <= 0) return;
+    K_FOR_SHARES(M, M * N * k > PARALLEL_MIN_ELEMENTS,
+                 k_topk_range(idx + i0 * k, values ? values + i0 * k : NULL, x + i0 * N, i1 - i0, N, k));
 }

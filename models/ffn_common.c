@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "autograd/ops.h"
+#include "kernels/elementwise.h"
 #include "models/ffn.h"
 
 void model_rows_linear(const model_row_exec *exec, float *out, const float *in, int row0, int n_rows,

@@ -40,7 +40,7 @@ static void rows(const model_ffn_rows *c) {
     x->flush(x->self);
     MODEL_ROW_SERIAL(x) {
         float *z = c->z + c->row0 * F;
-        k_gelu_forward(z, c->hidden_a + c->row0 * F, c->n_rows * F);
+        k_gelu_forward_range(z, c->hidden_a + c->row0 * F, c->n_rows * F);
         if (c->row0 == 0) memcpy(c->z1, c->z, (size_t)F * sizeof(float));
         if (c->row0 + c->n_rows == 2) model_add_coupling(c->z + F, c->couple_hidden, c->z1, F);
     }

@@ -108,7 +108,7 @@ static void expert_hidden(const model_arch *arch, const model_layer_arch *layer,
                           float *z, float *a, const float *b, const float *c, const float *d, int64_t n) {
     const int64_t F = layer->d_ff;
     if (!layer->product_degree) {
-        k_swiglu_forward(z, a, b, n * F);
+        k_swiglu_forward_range(z, a, b, n * F); /* inside a serial stage: the single-threaded core */
         return;
     }
     const float *norm_w = w[PROD_NORM] ? model_data(w[PROD_NORM]) + e * F : NULL;
@@ -162,8 +162,8 @@ static void rows(const model_ffn_rows *c) {
         if (row0 == 0) { /* primary: top_k of its router logits, softmax over the chosen */
             float chosen[MODEL_MAX_TOP_K];
             memcpy(c->router1, c->router_logits, (size_t)E * sizeof(float));
-            k_topk(index[0], chosen, c->router_logits, 1, E, k[0]);
-            k_softmax_forward(gates[0], chosen, 1, k[0]);
+            k_topk_range(index[0], chosen, c->router_logits, 1, E, k[0]);
+            k_softmax_forward_range(gates[0], chosen, 1, k[0]);
         }
         if (row0 + n_rows == 2) route_branch(c->config, c->router1, c->router_logits + E, E, k[1], index[1], gates[1]);
         memset(c->m + row0 * C, 0, (size_t)(n_rows * C) * sizeof(float));
@@ -188,7 +188,7 @@ static void rows(const model_ffn_rows *c) {
         }
         MODEL_ROW_SERIAL(x) {
             for (int row = row0; row < row0 + n_rows; row++)
-                if (uses[row]) k_accumulate_scaled(c->m + row * C, c->expert_out + row * C, gate[row], C);
+                if (uses[row]) k_accumulate_scaled_range(c->m + row * C, c->expert_out + row * C, gate[row], C);
         }
     }
 }

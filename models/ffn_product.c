@@ -6,10 +6,10 @@
  * The layer record says how many factors (product_degree) and whether the
  * product is normalised. z (after the norm) is what the decode branch couples
  * to (couple_hidden). */
-#include <math.h>
 #include <string.h>
 
 #include "autograd/ops.h"
+#include "kernels/norm.h"
 #include "models/ffn.h"
 
 enum { W1, W3, W4, W5, W2, PROD_NORM };
@@ -56,13 +56,9 @@ void model_product_rows(float *a, const float *b, const float *c, const float *d
         if (degree >= 4)
             for (int64_t n = 0; n < F; n++)
                 z[n] *= zd[n];
-        if (norm_weight) { /* k_rmsnorm_forward's arithmetic: sums in double */
-            double sum_sq = 0.0;
-            for (int64_t n = 0; n < F; n++)
-                sum_sq += (double)z[n] * (double)z[n];
-            const float rstd = (float)(1.0 / sqrt(sum_sq / (double)F + (double)eps));
-            for (int64_t n = 0; n < F; n++)
-                z[n] = z[n] * rstd * norm_weight[n];
+        if (norm_weight) { /* in place: the core reads a row's sum of squares before writing it */
+            float rstd;
+            k_rmsnorm_forward_range(z, &rstd, z, norm_weight, 1, F, eps);
         }
     }
 }

@@ -5,7 +5,7 @@
 
 #include "autograd/ops.h"
 #include "kernels/activation.h"
-#include "kernels/vec_math.h"
+#include "kernels/elementwise.h"
 #include "models/ffn.h"
 
 enum { W1, W3, W2 };
@@ -37,14 +37,11 @@ static void swiglu_units(int64_t n0, int64_t n1, void *arg) {
     for (int row = c->row0; row < c->row0 + c->n_rows; row++) {
         const float *gate = c->hidden_a + row * F, *up = c->hidden_b + row * F; // [F] each
         float *z = c->z + row * F;                                              // [F]
-#pragma omp simd
-        for (int64_t n = n0; n < n1; n++)
-            z[n] = gate[n] * k_sigmoid(gate[n]) * up[n];
+        k_swiglu_forward_range(z + n0, gate + n0, up + n0, n1 - n0);
         if (row == 0) memcpy(c->z1 + n0, z + n0, (size_t)(n1 - n0) * sizeof(float));
     }
     if (c->row0 + c->n_rows == 2 && c->couple_hidden) /* the branch row's coupling on units [n0, n1) */
-        for (int64_t n = n0; n < n1; n++)
-            c->z[F + n] += c->couple_hidden[n] * c->z1[n];
+        k_accumulate_mul_vec_range(c->z + F + n0, c->z1 + n0, c->couple_hidden + n0, 1, n1 - n0);
 }
 
 static void rows(const model_ffn_rows *c) {

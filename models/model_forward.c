@@ -9,10 +9,10 @@
  * terms, and attends over the primary's K/V instead of computing its own. So
  * the primary never depends on the branch, and the branch costs one extra
  * trajectory without the K/V projections. */
-#include <math.h>
 #include <string.h>
 
 #include "autograd/ops.h"
+#include "kernels/mixture.h"
 #include "models/attn_res.h"
 #include "models/model.h"
 #include "models/moe.h"
@@ -178,24 +178,13 @@ static dt_status check_ids(const model *m, const dt_tensor *ids, const char *wha
 }
 
 /* alpha [B,T] = clip(sum_v p(v)^2, min, max) from logits [B,T,V] (logits-only
- * calls, where the mixture NLL is not formed). A constant. */
+ * calls, where the mixture NLL is not formed): the mixture kernel's alpha, the
+ * numbers ag_mixture_nll reports. A constant. */
 static dt_tensor *alpha_forward(ag_ctx *ctx, const model_config *c, const dt_tensor *logits) {
-    const int64_t rows = dt_rows(logits), V = dt_cols(logits);
     dt_tensor *alpha = ag_tensor(ctx, DT_F32, DT_SHAPE(logits->shape[0], logits->shape[1]));
     if (!alpha) return NULL;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *row = dt_f32(logits) + r * V;
-        double max = row[0], sum = 0.0, sum_sq = 0.0;
-        for (int64_t v = 1; v < V; v++)
-            max = fmax(max, row[v]);
-        for (int64_t v = 0; v < V; v++) {
-            double e = exp(row[v] - max);
-            sum += e;
-            sum_sq += e * e;
-        }
-        double collision = sum_sq / (sum * sum);
-        dt_f32(alpha)[r] = (float)fmin(fmax(collision, c->mix_alpha_min), c->mix_alpha_max);
-    }
+    k_mixture_alpha(dt_f32(alpha), dt_f32(logits), dt_rows(logits), dt_cols(logits), (float)c->mix_alpha_min,
+                    (float)c->mix_alpha_max);
     return alpha;
 }
 

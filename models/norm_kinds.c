@@ -5,7 +5,6 @@
  * the norm itself at small C. */
 #include "models/norm_kinds.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "autograd/ops.h"
@@ -31,26 +30,20 @@ static void rmsnorm_batch(float *out, float *mean, float *rstd, const float *in,
     k_rmsnorm_forward(out, rstd, in, weight, M, C, eps);
 }
 
-// out, in [M,C]; weight [C]; rstd [M]: k_rmsnorm_forward's arithmetic on this thread
-static void rmsnorm_rows(float *out, float *mean, float *rstd, const float *in, const float *weight, const float *bias,
-                         int64_t M, int64_t C, float eps) {
+// out, in [M,C]; weight [C]; rstd [M]: the kernels' single-threaded cores
+static void layernorm_rows(float *out, float *mean, float *rstd, const float *in, const float *weight,
+                           const float *bias, int64_t M, int64_t C, float eps) {
+    k_layernorm_forward_range(out, mean, rstd, in, weight, bias, M, C, eps);
+}
+
+static void rmsnorm_rows(float *out, float *mean, float *rstd, const float *in, const float *weight,
+                         const float *bias, int64_t M, int64_t C, float eps) {
     (void)mean, (void)bias;
-    for (int64_t i = 0; i < M; i++) {
-        const float *x = in + i * C;
-        float *y = out + i * C;
-        double sum_sq = 0.0;
-#pragma omp simd reduction(+ : sum_sq)
-        for (int64_t j = 0; j < C; j++)
-            sum_sq += (double)x[j] * (double)x[j];
-        float r = (float)(1.0 / sqrt(sum_sq / (double)C + (double)eps));
-        for (int64_t j = 0; j < C; j++)
-            y[j] = x[j] * r * weight[j];
-        rstd[i] = r;
-    }
+    k_rmsnorm_forward_range(out, rstd, in, weight, M, C, eps);
 }
 
 static const model_norm_kind kinds[] = {
-    {"layernorm", 1, 2, layernorm_taped, layernorm_batch, layernorm_batch},
+    {"layernorm", 1, 2, layernorm_taped, layernorm_rows, layernorm_batch},
     {"rmsnorm", 0, 1, rmsnorm_taped, rmsnorm_rows, rmsnorm_batch},
 };
 
