@@ -322,6 +322,13 @@ static void norm(eval_decode_session *s, float *out, float *mean, float *rstd, c
         a->norm->batch(out, mean, rstd, in, data_of(weight), data_of(bias), M, C, a->norm_eps);
 }
 
+/* What the branch row's coupling terms read in one layer: couple_q, couple_hidden, couple_out. */
+static void count_coupling(eval_decode_session *s, const model_layer *layer) {
+    const dt_tensor *vectors[3] = {layer->couple_q, layer->couple_hidden, layer->couple_out};
+    for (int i = 0; i < 3; i++)
+        if (vectors[i]) count_weight(s, vectors[i]->size);
+}
+
 /* What a norm reads: its weight (and bias). */
 static void count_norm(eval_decode_session *s, const dt_tensor *weight, const dt_tensor *bias) {
     count_weight(s, weight->size + (bias ? bias->size : 0));
@@ -360,10 +367,18 @@ static void exec_count_expert(void *self) {
     if (eval_team_leader()) s->traffic.expert_loads++;
 }
 
+static void exec_count_vector(void *self, int64_t floats) { count_weight(self, floats); }
+
 /* The exec of this session; the paired products only on the own matvec path. */
 static model_row_exec exec_of(eval_decode_session *s) {
-    model_row_exec exec = {
-        s, exec_linear, exec_flush, exec_linear_pair, exec_serial_begin, exec_serial_end, exec_count_expert};
+    model_row_exec exec = {s,
+                           exec_linear,
+                           exec_flush,
+                           exec_linear_pair,
+                           exec_serial_begin,
+                           exec_serial_end,
+                           exec_count_expert,
+                           exec_count_vector};
     if (s->matvec != EVAL_MATVEC_OWN) exec.linear_pair = NULL;
     return exec;
 }
@@ -487,7 +502,8 @@ static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int r
  * (h += out), or with attn_res (SPEC §6.3) out recorded as sublayer j's
  * output in each row's history and h replaced by the next route over the
  * row's sources (query, norm [C]: the next sublayer's route, or the final one).
- * rows rows from row0 of h, out [., C]; history [2L+1][stride][C] by row. */
+ * rows rows from row0 of h, out [., C]; history [2L+1][stride][C] by row.
+ * Runs in serial stages: the traffic is counted by count_route, outside them. */
 static void advance_stream(eval_decode_session *s, float *h, const float *out, int64_t row0, int64_t rows,
                            int64_t stride, float *history, int64_t j, const dt_tensor *query, const dt_tensor *norm_w) {
     const model_arch *a = &s->model->arch;
@@ -501,6 +517,12 @@ static void advance_stream(eval_decode_session *s, float *h, const float *out, i
         model_route_row(h + (row - row0) * C, history + row * C, stride * C, j + 1, a->route_per_block, data_of(query),
                         data_of(norm_w), a->route_heads, C, a->norm_eps, s->route_gathered, s->route_logits);
     }
+}
+
+/* What an attn_res route reads: its query and norm weight, once for the rows
+ * together. Called by every team thread (the leader counts). */
+static void count_route(eval_decode_session *s, const dt_tensor *query, const dt_tensor *norm_w) {
+    if (s->model->arch.routed) count_weight(s, query->size + norm_w->size);
 }
 
 /* Decode position `pos` for rows [row0, row0 + n_rows) with input token `token`:
@@ -531,7 +553,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         }
         norm(s, x, r->mean, r->rstd, h, m->layers[0].attn_norm, m->layers[0].attn_norm_bias, n_rows, d.C);
     }
-    count_weight(s, n_rows * d.C * (m->pos_emb ? 2 : 1));
+    count_weight(s, n_rows * d.C + (m->pos_emb ? d.C : 0)); /* the rows' embedding rows, one pos_emb row for both */
     for (int64_t l = 0; l < d.L; l++) {
         const model_layer *layer = &m->layers[l];
         const model_block_weights *p = &layer->primary, *b = &layer->branch;
@@ -548,6 +570,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         flush(s); /* Wq (both rows), Wk, Wv in one stage */
         /* both queries in one pass over the cache */
         attention_rows(s, l, pos, row0, n_rows);
+        if (has_branch_row) count_coupling(s, layer); /* the branch row reads the layer's coupling vectors */
         rows_linear(s, r->o, r->y, row0, n_rows, p->wo, p->wo_bias, b->wo, b->wo_bias, dl.qdim, d.C);
         flush(s);
         EVAL_TEAM_SERIAL(team) {
@@ -555,6 +578,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
                            layer->route_ffn_norm);
             norm(s, x, r->mean, r->rstd, h, layer->ffn_norm, layer->ffn_norm_bias, n_rows, d.C);
         }
+        count_route(s, layer->route_ffn_query, layer->route_ffn_norm);
         count_norm(s, layer->ffn_norm, layer->ffn_norm_bias);
         ffn_rows(s, l, row0, n_rows);
         EVAL_TEAM_SERIAL(team) {
@@ -569,6 +593,8 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             else
                 norm(s, x, r->mean, r->rstd, h, m->final_norm, m->final_norm_bias, n_rows, d.C);
         }
+        count_route(s, l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
+                    l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
     }
     count_norm(s, m->final_norm, m->final_norm_bias);
     rows_linear(s, s->logits, r->x, row0, n_rows, m->lm_head, NULL, m->lm_head, NULL, d.C, d.V);
@@ -744,6 +770,7 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
         prefill_linear(s, k_cache, b->x, w->wk, w->wk_bias, P, d.C, dl.kvdim);
         prefill_linear(s, v_cache, b->x, w->wv, w->wv_bias, P, d.C, dl.kvdim);
         if (extra) add_coupling(b->q + P * dl.qdim, layer->couple_q, s->q1 + l * d.qdim, dl.qdim);
+        if (extra) count_coupling(s, layer);
         if (m->arch.position->rotary) {
             k_rope_forward(b->q, layer->rope_table, 1, P, 0, dl.H, dl.hd);
             k_rope_forward(k_cache, layer->rope_table, 1, P, 0, dl.Hkv, dl.hd);
@@ -758,6 +785,7 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
         }
         prefill_rows_linear(s, b->o, b->y, P, extra, w->wo, w->wo_bias, br->wo, br->wo_bias, dl.qdim, d.C);
         advance_stream(s, b->h, b->o, 0, rows, P + 1, b->history, 2 * l, layer->route_ffn_query, layer->route_ffn_norm);
+        count_route(s, layer->route_ffn_query, layer->route_ffn_norm);
 
         norm(s, b->x, b->mean, b->rstd, b->h, layer->ffn_norm, layer->ffn_norm_bias, rows, d.C);
         count_norm(s, layer->ffn_norm, layer->ffn_norm_bias);
@@ -767,6 +795,8 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
         advance_stream(s, b->h, b->m, 0, rows, P + 1, b->history, 2 * l + 1,
                        l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
                        l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
+        count_route(s, l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
+                    l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
     }
     s->traffic.kv_write_bytes += 2.0 * (double)(P * kv_floats_per_position) * 4.0;
     count_norm(s, m->final_norm, m->final_norm_bias);

@@ -136,6 +136,7 @@ static void expert_rows(const model_ffn_rows *c, float *out, const float *in, in
     float *const factors[4] = {c->hidden_a, c->hidden_b, c->hidden_c, c->hidden_d};
     queue_factors(x, c->layer, C, w, e, in, n_rows, factors);
     x->flush(x->self);
+    if (w[PROD_NORM]) x->count_vector(x->self, F); /* the expert's prod_norm row */
     MODEL_ROW_SERIAL(x)
     expert_hidden(c->arch, c->layer, w, e, c->z, c->hidden_a, c->hidden_b, c->hidden_c, c->hidden_d, n_rows);
     const model_row_product w2 = {out, c->z, model_data(w[W2]) + e * C * F, NULL, n_rows, F, C};
@@ -200,6 +201,7 @@ static void expert_row_now(const model_ffn_prefill *c, float *out, const float *
     float *const factors[4] = {c->row_hidden_a, c->row_hidden_b, c->row_hidden_c, c->row_hidden_d};
     queue_factors(x, c->layer, C, w, e, in, 1, factors);
     x->flush(x->self);
+    if (w[PROD_NORM]) x->count_vector(x->self, F);
     expert_hidden(c->arch, c->layer, w, e, c->row_z, c->row_hidden_a, c->row_hidden_b, c->row_hidden_c, c->row_hidden_d,
                   1);
     const model_row_product w2 = {out, c->row_z, model_data(w[W2]) + e * C * F, NULL, 1, F, C};
@@ -245,6 +247,7 @@ static void prefill(const model_ffn_prefill *c) {
         float *const factors[4] = {c->hidden_a, c->hidden_b, c->hidden_c, c->hidden_d};
         queue_factors(x, c->layer, C, p, e, c->expert_in, n, factors);
         x->flush(x->self);
+        if (p[PROD_NORM]) x->count_vector(x->self, F);
         expert_hidden(c->arch, c->layer, p, e, c->z, c->hidden_a, c->hidden_b, c->hidden_c, c->hidden_d, n);
         const model_row_product w2 = {c->expert_out, c->z, model_data(p[W2]) + e * C * F, NULL, n, F, C};
         x->linear(x->self, &w2);

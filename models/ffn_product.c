@@ -72,6 +72,10 @@ static void rows(const model_ffn_rows *c) {
     for (int i = 0; i < degree; i++)                                   /* every factor's product in one stage */
         model_rows_linear(x, factors[i], c->x, c->row0, c->n_rows, p[W1 + i], NULL, b[W1 + i], NULL, C, F);
     x->flush(x->self);
+    /* the prod_norm weights read: once when the rows share them */
+    const int shared_norm = c->n_rows == 2 && c->w[0][PROD_NORM] == c->w[1][PROD_NORM];
+    for (int row = c->row0; row < c->row0 + c->n_rows; row++)
+        if (c->w[row][PROD_NORM] && !(shared_norm && row == 1)) x->count_vector(x->self, F);
     MODEL_ROW_SERIAL(x) {
         for (int row = c->row0; row < c->row0 + c->n_rows; row++) {
             const float *norm_w = model_data(c->w[row][PROD_NORM]);
@@ -95,6 +99,8 @@ static void prefill(const model_ffn_prefill *c) {
         model_prefill_linear(c->exec, factors[i], c->x, P, c->extra, p[W1 + i], NULL, b[W1 + i], NULL, C, F);
     model_product_rows(c->z, c->hidden_b, c->hidden_c, c->hidden_d, degree, P, F, model_data(p[PROD_NORM]),
                        c->arch->norm_eps);
+    if (p[PROD_NORM]) c->exec->count_vector(c->exec->self, F);
+    if (c->extra && b[PROD_NORM] && b[PROD_NORM] != p[PROD_NORM]) c->exec->count_vector(c->exec->self, F);
     if (c->extra) /* the branch row: its own prod_norm weight under share = off */
         model_product_rows(c->z + P * F, c->hidden_b + P * F, c->hidden_c + P * F, c->hidden_d + P * F, degree, 1, F,
                            model_data(b[PROD_NORM]), c->arch->norm_eps);

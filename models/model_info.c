@@ -14,6 +14,8 @@
 /* One layer's tensors, in floats, split by what a decode step does with them. */
 typedef struct {
     int64_t norms;    /* attn_norm, ffn_norm (+ biases) */
+    int64_t routes;      /* attn_res: the layer's two routes' query and norm weight */
+    int64_t routes_read; /* the part a decode step reads (layer 0's attention route: none) */
     int64_t q, kv, o; /* wq; wk + wv; wo (weights only) */
     int64_t q_bias, kv_bias, o_bias;
     model_ffn_cost ffn; /* the FFN kind's own figures */
@@ -35,7 +37,10 @@ static layer_sizes sizes_of(const model_arch *a, const model_layer_arch *la) {
     }
     la->ffn->cost(a, la, &s.ffn);
     s.couple = (la->couple_q ? q_width : 0) + (la->couple_hidden ? la->d_ff : 0) + (la->couple_out ? C : 0);
-    s.norms += a->routed ? 4 * C : 0; /* attn_res: two routes' query and norm weight, read like the norms */
+    /* attn_res: two routes' query and norm weight, read like the norms (but
+     * layer 0's attention route has one source, s_0 itself: nothing read) */
+    s.routes = a->routed ? 4 * C : 0;
+    s.routes_read = a->routed ? (la == &a->layers[0] ? 2 : 4) * C : 0;
     return s;
 }
 
@@ -118,7 +123,7 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
         const model_layer_arch *la = &a->layers[l];
         const layer_sizes s = sizes_of(a, la);
         const int64_t attention = s.q + s.kv + s.o + s.q_bias + s.kv_bias + s.o_bias;
-        const int64_t layer_primary = s.norms + attention + s.ffn.params;
+        const int64_t layer_primary = s.norms + s.routes + attention + s.ffn.params;
         /* share = off: own wq, wo (+ biases) and all FFN weights (SPEC §2). */
         const int64_t copies = own_copies ? s.q + s.o + s.q_bias + s.o_bias + s.ffn.params : 0;
         info->params_primary += layer_primary;
@@ -137,7 +142,7 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
         const int64_t ffn_train = s.ffn.params - (E ? (E - k) * s.ffn.expert : 0);
         const int64_t ffn_train_branch = s.ffn.params - (E ? (E - kb) * s.ffn.expert : 0);
         const int64_t attention_branch = s.q + s.q_bias + s.o + s.o_bias; /* no wk, wv */
-        info->train_flop_params += (double)(s.norms + attention + ffn_train);
+        info->train_flop_params += (double)(s.norms + s.routes + attention + ffn_train);
         if (branch)
             info->train_flop_params_branch +=
                 (double)(s.couple + (c.share ? s.norms + attention_branch + ffn_train_branch : 0) +
@@ -147,7 +152,7 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
         kv_floats_per_position += 2.0 * (double)la->kv_width;
 
         /* Weight bytes per decode step. */
-        const int64_t layer_read = s.norms + attention + ffn_read(&s.ffn, k);
+        const int64_t layer_read = s.norms + s.routes_read + attention + ffn_read(&s.ffn, k);
         floats_baseline += layer_read;
         floats_grouped += layer_read;
         floats_ungrouped += layer_read;
@@ -163,7 +168,7 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
                 if (E) info->experts_grouped = union_experts;
             }
             /* Un-grouped: the branch pass reads everything it uses again. */
-            floats_ungrouped += s.norms + s.q + s.o + s.q_bias + s.o_bias + ffn_read_branch + s.couple;
+            floats_ungrouped += s.norms + s.routes_read + s.q + s.o + s.q_bias + s.o_bias + ffn_read_branch + s.couple;
             if (E) info->experts_ungrouped = k + kb;
         }
     }

@@ -13,6 +13,7 @@
 #include "core/h5.h"
 #include "eval/decode.h"
 #include "kernels/gemm.h"
+#include "models/model_info.h"
 #include "models/model_io.h"
 #include "test_eval_util.h"
 
@@ -302,6 +303,58 @@ Test(decode_reference, llama_attnres_block) { check_reference("options/15_llama_
 
 /* ---- what grouping saves ------------------------------------------------- */
 
+/* One cost model: the bytes the decode step counts as it runs equal what the
+ * cost model (models/model_info.h, read by `dbranch info`) computes from the
+ * configuration alone, in every mode, for every family and SPEC §6 option
+ * (router replay: the union of the experts is max(top_k, top_k_branch)). */
+static void check_cost_model(const char *spec, uint64_t seed) {
+    model m;
+    eval_test_model(&m, spec, seed);
+    const int64_t P = 5;
+    int32_t tokens[8];
+    eval_test_tokens(tokens, 8, m.config.vocab_size, seed);
+    model_info info;
+    cr_assert_eq(model_info_compute(&m.config, P + 1, &info), DT_OK, "%s", dt_error_message());
+    const double weights[3] = {info.weight_bytes_baseline, info.weight_bytes_grouped, info.weight_bytes_ungrouped};
+    const double kv[3] = {info.kv_bytes_baseline, info.kv_bytes_grouped, info.kv_bytes_ungrouped};
+    const int64_t experts[3] = {info.experts_baseline, info.experts_grouped, info.experts_ungrouped};
+    const int has_branch = m.config.branch == BRANCH_DECODE;
+    for (int i = 0; i < 3; i++) {
+        eval_decode_session s;
+        cr_assert(eval_decode_init(&s, &m, all_modes[i], 0) == DT_OK);
+        cr_assert(eval_decode_prefill(&s, tokens, P, NULL) == DT_OK);
+        cr_assert(eval_decode_step(&s, tokens[P]) == DT_OK);
+        const int j = has_branch ? i : 0; /* without a branch every mode is the baseline */
+        cr_expect_eq(s.traffic.weight_bytes, weights[j], "%s %s: counted %.0f weight bytes, the cost model %.0f", spec,
+                     eval_decode_mode_name(all_modes[i]), s.traffic.weight_bytes, weights[j]);
+        cr_expect_eq(s.traffic.kv_read_bytes, kv[j], "%s %s: counted %.0f KV bytes, the cost model %.0f", spec,
+                     eval_decode_mode_name(all_modes[i]), s.traffic.kv_read_bytes, kv[j]);
+        cr_expect_eq(s.traffic.expert_loads, experts[j] * m.config.n_layer, "%s %s: %lld expert loads vs %lld", spec,
+                     eval_decode_mode_name(all_modes[i]), (long long)s.traffic.expert_loads,
+                     (long long)(experts[j] * m.config.n_layer));
+        eval_decode_free(&s);
+    }
+    model_free(&m);
+}
+
+Test(decode_traffic, counters_equal_the_cost_model) {
+    const char *specs[] = {
+        NANOGPT "branch=none",
+        NANOGPT "branch=decode",
+        NANOGPT "branch=decode share=off",
+        LLAMA "branch=decode",
+        LLAMA "branch=decode couple=off branch_emb=shared",
+        MOE "branch=decode top_k=2 top_k_branch=2",
+        MOE "branch=decode top_k=1 top_k_branch=3",
+        MOE "branch=decode top_k=2 share=off",
+        LLAMA "ffn=triplu ffn_prod_norm=1 branch=decode",
+        NANOGPT "layer_heads=1,4 branch=decode",
+        LLAMA "attn_res=block attn_res_blocks=2 attn_res_heads=2 branch=decode",
+        MOE "ffn=prod4 top_k=2 branch=decode",
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) check_cost_model(specs[i], 70 + i);
+}
+
 /* Traffic of one step at position P for each mode. */
 static void step_traffic(const model *m, const int32_t *tokens, int64_t P, eval_decode_traffic out[3]) {
     for (int i = 0; i < 3; i++) {
@@ -323,8 +376,9 @@ Test(decode_traffic, grouped_loads_shared_matrices_once) {
     step_traffic(&m, tokens, 5, tr);
     const model_config *c = &m.config;
     int64_t C = c->d_model, kv = c->n_kv_head * (C / c->n_head);
-    /* The branch row adds only its embedding row to what the primary reads. */
-    cr_expect_eq(tr[1].weight_bytes, tr[0].weight_bytes + 4.0 * (double)C);
+    /* The branch row adds only its embedding row and the coupling vectors to what the primary reads. */
+    const double coupling = (double)c->n_layer * (double)(C + c->d_ff + C); /* couple_q [H*hd = C], hidden, out */
+    cr_expect_eq(tr[1].weight_bytes, tr[0].weight_bytes + 4.0 * ((double)C + coupling));
     cr_expect_eq(tr[1].matrix_loads, tr[0].matrix_loads);
     /* Un-grouped reads every shared matrix twice (all but Wk, Wv), and the cache twice. */
     cr_expect_eq(tr[2].matrix_loads, 2 * tr[0].matrix_loads - 2 * c->n_layer);
