@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/commands.h"
@@ -50,6 +51,14 @@ static int fail(const char *message_format, const char *value) {
     return 1;
 }
 
+/* 1 when path names the same file as out_path: the same string, or the same
+ * inode when out_path exists (a hard link, a symlink, ./x vs x). */
+static int same_file(const char *path, const char *out_path) {
+    if (!strcmp(path, out_path)) return 1;
+    struct stat a, b;
+    return stat(path, &a) == 0 && stat(out_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 static int starts_option(const char *arg) { return arg[0] == '-' && arg[1] == '-'; }
 
 int cmd_prepare(int argc, char **argv) {
@@ -93,6 +102,9 @@ int cmd_prepare(int argc, char **argv) {
     if (!out_path) return fail("%s", "--out PATH is required");
     if (preset && n_inputs) return fail("%s", "use either --input or --preset, not both");
     if (!preset && !n_inputs) return fail("%s", "give --input FILE... or --preset kjv|pycode");
+    for (int i = 0; i < n_inputs; i++)
+        if (same_file(inputs[i], out_path))
+            return fail("--out '%s' is one of the --input files: it would overwrite the corpus", out_path);
     if (preset && strcmp(preset, "kjv") && strcmp(preset, "pycode"))
         return fail("unknown preset '%s' (expected kjv or pycode)", preset);
     int is_bpe = !strcmp(tokenizer_kind, "bpe");

@@ -37,31 +37,37 @@ static dt_status write_split(hid_t file, const char *name, const int32_t *tokens
     return rc < 0 ? dt_errorf("cannot write dataset '%s' (%lld tokens)", name, (long long)n) : DT_OK;
 }
 
+typedef struct token_file_parts {
+    const data_tokenizer *tok;
+    const int32_t *train;
+    int64_t n_train;
+    const int32_t *val;
+    int64_t n_val;
+    const char *source;
+} token_file_parts;
+
+static dt_status write_token_file(hid_t file, const void *ctx) {
+    const token_file_parts *p = ctx;
+    hid_t file_type = p->tok->vocab_size <= 65536 ? H5T_STD_U16LE : H5T_STD_U32LE;
+    dt_status status = h5_write_attr_string(file, "format", "dbranch-tokens");
+    if (status == DT_OK) status = data_tokenizer_write_h5(p->tok, file);
+    if (status == DT_OK)
+        status = h5_write_attr_string(file, "source", p->source && p->source[0] ? p->source : "unknown");
+    if (status == DT_OK) status = write_split(file, "/train", p->train, p->n_train, file_type);
+    if (status == DT_OK) status = write_split(file, "/val", p->val, p->n_val, file_type);
+    return status;
+}
+
 dt_status data_tokens_write(const char *path, const data_tokenizer *tok, const int32_t *train, int64_t n_train,
                             const int32_t *val, int64_t n_val, const char *source) {
     if (!tok || !tok->token_length) return dt_errorf("%s: tokenizer is not initialised", path);
-    char tmp_path[4096 + 8];
     if (strlen(path) >= 4096) return dt_errorf("token file path is too long (%zu bytes)", strlen(path));
-    snprintf(tmp_path, sizeof tmp_path, "%s.tmp", path);
     if (check_tokens(train, n_train, tok->vocab_size, "/train") != DT_OK ||
         check_tokens(val, n_val, tok->vocab_size, "/val") != DT_OK)
         return dt_error_context("%s", path);
 
-    hid_t file = -1;
-    if (h5_create(tmp_path, &file) != DT_OK) return DT_ERR;
-    hid_t file_type = tok->vocab_size <= 65536 ? H5T_STD_U16LE : H5T_STD_U32LE;
-    dt_status status = h5_write_attr_string(file, "format", "dbranch-tokens");
-    if (status == DT_OK) status = data_tokenizer_write_h5(tok, file);
-    if (status == DT_OK) status = h5_write_attr_string(file, "source", source && source[0] ? source : "unknown");
-    if (status == DT_OK) status = write_split(file, "/train", train, n_train, file_type);
-    if (status == DT_OK) status = write_split(file, "/val", val, n_val, file_type);
-    if (h5_close(file, tmp_path) != DT_OK) status = DT_ERR;
-    if (status == DT_OK && rename(tmp_path, path) != 0) status = dt_errorf("cannot rename %s to %s", tmp_path, path);
-    if (status != DT_OK) {
-        remove(tmp_path);
-        return dt_error_context("%s", path);
-    }
-    return DT_OK;
+    const token_file_parts parts = {tok, train, n_train, val, n_val, source};
+    return h5_write_file(path, write_token_file, &parts);
 }
 
 void data_tokens_close(data_tokens *tokens) {

@@ -64,9 +64,15 @@ dt_status model_write_h5(const model *m, hid_t file) {
         status = model_config_get(&m->config, key, text, sizeof text);
         if (status != DT_OK) break;
         switch (model_config_key_kind(i)) {
-        case MODEL_KEY_INT: status = h5_write_attr_int(config, key, strtoll(text, NULL, 10)); break;
-        case MODEL_KEY_REAL: status = h5_write_attr_double(config, key, strtod(text, NULL)); break;
-        case MODEL_KEY_WORD: status = h5_write_attr_string(config, key, text); break;
+        case MODEL_KEY_INT:
+            status = h5_write_attr_int(config, key, strtoll(text, NULL, 10));
+            break;
+        case MODEL_KEY_REAL:
+            status = h5_write_attr_double(config, key, strtod(text, NULL));
+            break;
+        case MODEL_KEY_WORD:
+            status = h5_write_attr_string(config, key, text);
+            break;
         }
     }
     H5Gclose(config);
@@ -182,7 +188,8 @@ dt_status model_read_h5(model *m, hid_t file, const char *path_for_errors) {
     if (!h5_exists(file, "params") || (params = H5Gopen2(file, "params", H5P_DEFAULT)) < 0) {
         status = dt_errorf("%s: no /params group", path);
     } else {
-        for (int i = 0; i < m->n_params && status == DT_OK; i++) status = read_param(params, &m->params[i], path);
+        for (int i = 0; i < m->n_params && status == DT_OK; i++)
+            status = read_param(params, &m->params[i], path);
         if (status == DT_OK) {
             params_scan scan = {m, {0}};
             hsize_t index = 0;
@@ -198,23 +205,10 @@ dt_status model_read_h5(model *m, hid_t file, const char *path_for_errors) {
     return status;
 }
 
-dt_status model_save(const model *m, const char *path) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return dt_errorf("%s: path too long", path);
-    hid_t file;
-    if (h5_create(tmp, &file) != DT_OK) return DT_ERR;
-    dt_status status = model_write_h5(m, file);
-    if (status != DT_OK) {
-        dt_error_context("%s", tmp);
-        H5Fclose(file);
-    } else {
-        status = h5_close(file, tmp);
-    }
-    /* Renaming only a complete file means a crash mid-save never leaves a half-written PATH. */
-    if (status == DT_OK && rename(tmp, path) != 0) status = dt_errorf("%s: cannot rename %s over it", path, tmp);
-    if (status != DT_OK) remove(tmp);
-    return status;
-}
+static dt_status write_model_file(hid_t file, const void *m) { return model_write_h5(m, file); }
+
+/* Through core/h5's checked writer: PATH.tmp, fsync, rename; a crash mid-save never leaves a half-written PATH. */
+dt_status model_save(const model *m, const char *path) { return h5_write_file(path, write_model_file, m); }
 
 dt_status model_check_format_h5(hid_t file, const char *path_for_errors) {
     const char *path = path_for_errors ? path_for_errors : "(model file)";

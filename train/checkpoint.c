@@ -100,32 +100,28 @@ static dt_status write_state(hid_t file, const train_state *state, const char *c
     return status;
 }
 
+typedef struct checkpoint_parts {
+    const model *m;
+    const optimizer *opt;
+    const train_state *state;
+    const char *config_text;
+} checkpoint_parts;
+
+static dt_status write_checkpoint(hid_t file, const void *ctx) {
+    const checkpoint_parts *parts = ctx;
+    if (model_write_h5(parts->m, file) != DT_OK || write_optim(file, parts->opt) != DT_OK ||
+        write_state(file, parts->state, parts->config_text) != DT_OK)
+        return DT_ERR;
+    return DT_OK;
+}
+
 dt_status train_checkpoint_save(const char *path, const model *m, const optimizer *opt, const train_state *state,
                                 const char *config_text) {
     const char *bad = NULL;
     if (!train_model_is_finite(m, &bad))
         return dt_errorf("%s: checkpoint not written: parameter '%s' holds a non-finite value", path, bad);
-    size_t n = strlen(path) + 5;
-    char *tmp = malloc(n);
-    if (!tmp) return dt_errorf("%s: out of memory", path);
-    snprintf(tmp, n, "%s.tmp", path);
-    hid_t file;
-    if (h5_create(tmp, &file) != DT_OK) {
-        free(tmp);
-        return DT_ERR;
-    }
-    dt_status status = model_write_h5(m, file);
-    if (status == DT_OK) status = write_optim(file, opt);
-    if (status == DT_OK) status = write_state(file, state, config_text);
-    if (h5_close(file, tmp) != DT_OK) status = DT_ERR;
-    if (status == DT_OK && rename(tmp, path) != 0) status = dt_errorf("cannot rename %s to %s", tmp, path);
-    if (status != DT_OK) {
-        unlink(tmp);
-        free(tmp);
-        return dt_error_context("%s", path);
-    }
-    free(tmp);
-    return DT_OK;
+    const checkpoint_parts parts = {m, opt, state, config_text};
+    return h5_write_file(path, write_checkpoint, &parts);
 }
 
 /* ---- reading ---- */
@@ -174,7 +170,8 @@ static dt_status read_rng(hid_t group, const char *prefix, dt_rng *rng) {
 static dt_status open_group(hid_t file, const char *name, hid_t *group) {
     if (!h5_exists(file, name)) return dt_errorf("no /%s group (a model file, not a training checkpoint?)", name);
     *group = H5Gopen2(file, name, H5P_DEFAULT);
-    if (*group < 0) return dt_errorf("/%s is not a group (a token file or other HDF5 file, not a training checkpoint?)", name);
+    if (*group < 0)
+        return dt_errorf("/%s is not a group (a token file or other HDF5 file, not a training checkpoint?)", name);
     return DT_OK;
 }
 

@@ -5,13 +5,16 @@
 #include "train/trainer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/gemm.h"
 #include "models/model_io.h"
@@ -51,6 +54,39 @@ static dt_status make_dirs(const char *path) {
     }
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_errorf("%s: not a directory", path);
+    return DT_OK;
+}
+
+/* One run per output directory: an exclusive flock on out_dir/train.lock,
+ * held until trainer_free (the kernel drops it when the process dies, so a
+ * killed run never leaves a stale lock). The file holds the holder's pid, so
+ * the refused run can name it. */
+static dt_status lock_out_dir(trainer *t, const char *out_dir) {
+    char path[TRAIN_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/train.lock", out_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return dt_errorf("%s: cannot create the lock file (%s)", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int busy = errno == EWOULDBLOCK;
+        char holder[32] = "";
+        ssize_t n = busy ? pread(fd, holder, sizeof holder - 1, 0) : -1;
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        int saved = errno;
+        close(fd);
+        if (busy)
+            return dt_errorf("%s: another dbranch train is using this directory (pid %s)", out_dir,
+                             holder[0] ? holder : "unknown");
+        return dt_errorf("%s: cannot lock (%s)", path, strerror(saved));
+    }
+    char pid[32];
+    int length = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)length, 0) != length) {
+        int saved = errno;
+        close(fd);
+        return dt_errorf("%s: cannot write (%s)", path, strerror(saved));
+    }
+    t->lock_fd = fd;
     return DT_OK;
 }
 
@@ -163,7 +199,9 @@ static dt_status setup_state(trainer *t) {
     if (train_checkpoint_read_state(resume, &t->state, NULL) != DT_OK) return DT_ERR;
     t->loader.rng = t->state.loader_rng;
     t->loader.windows_drawn = t->state.windows_drawn;
+    /* The resumed-from file is the last good checkpoint until this run writes one. */
     t->last_checkpoint_step = t->state.step;
+    snprintf(t->last_checkpoint_path, sizeof t->last_checkpoint_path, "%s", resume);
     return DT_OK;
 }
 
@@ -172,6 +210,7 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     t->cfg = *cfg;
     if (options) t->options = *options;
     t->last_checkpoint_step = -1;
+    t->lock_fd = -1;
     const train_config *c = &t->cfg;
     if (c->threads > 0) k_set_threads((int)c->threads);
     t->total_steps = train_config_total_steps(c);
@@ -181,7 +220,7 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     if (!t->config_text) return dt_errorf("trainer: out of memory");
     train_config_format(c, t->config_text, length + 1);
 
-    if (make_dirs(c->out_dir) != DT_OK) goto fail;
+    if (make_dirs(c->out_dir) != DT_OK || lock_out_dir(t, c->out_dir) != DT_OK) goto fail;
     snprintf(t->checkpoint_path, sizeof t->checkpoint_path, "%s/checkpoint.h5", c->out_dir);
     if (c->log_file[0] == '/')
         snprintf(t->log_path, sizeof t->log_path, "%s", c->log_file);
@@ -216,7 +255,9 @@ void trainer_free(trainer *t) {
     free(t->optim_params);
     if (t->ready & READY_MODEL) model_free(&t->model);
     free(t->config_text);
+    if (t->lock_fd >= 0) close(t->lock_fd); /* releases the flock */
     memset(t, 0, sizeof *t);
+    t->lock_fd = -1;
 }
 
 dt_status trainer_step(trainer *t, train_step_record *record) {
@@ -275,8 +316,7 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
         .step_seconds = seconds,
         .elapsed = t->state.elapsed_seconds,
     };
-    train_log_step(&t->log, record);
-    return DT_OK;
+    return train_log_step(&t->log, record);
 }
 
 dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
@@ -313,14 +353,14 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
         .alpha = alpha * inv,
         .elapsed = t->state.elapsed_seconds,
     };
-    train_log_eval(&t->log, record);
-    return DT_OK;
+    return train_log_eval(&t->log, record);
 }
 
 dt_status trainer_save(trainer *t) {
     if (train_checkpoint_save(t->checkpoint_path, &t->model, &t->opt, &t->state, t->config_text) != DT_OK)
         return DT_ERR;
     t->last_checkpoint_step = t->state.step;
+    snprintf(t->last_checkpoint_path, sizeof t->last_checkpoint_path, "%s", t->checkpoint_path);
     return DT_OK;
 }
 
@@ -366,7 +406,7 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
         if (t->last_checkpoint_step >= 0) {
             char message[512];
             snprintf(message, sizeof message, "%s", dt_error_message());
-            dt_errorf("%s; last good checkpoint: %s (step %lld)", message, t->checkpoint_path,
+            dt_errorf("%s; last good checkpoint: %s (step %lld)", message, t->last_checkpoint_path,
                       (long long)t->last_checkpoint_step);
         }
         return DT_ERR;
@@ -381,6 +421,9 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
     if (trainer_save(t) != DT_OK) return DT_ERR;
     train_log_message(&t->log, "%s at step %lld/%lld; checkpoint %s", result->stopped ? "stopped" : "finished",
                       (long long)t->state.step, (long long)t->total_steps, t->checkpoint_path);
+    /* The log's last bytes reach the disk before the run reports success. */
+    t->ready &= ~READY_LOG;
+    if (train_log_close(&t->log) != DT_OK) return DT_ERR;
     result->steps = t->state.step;
     result->tokens = t->state.tokens_seen;
     result->elapsed_seconds = t->state.elapsed_seconds;
