@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "kernels/gemm.h"
+#include "models/model_budget.h"
 #include "models/model_io.h"
 
 /* What trainer_free must release (trainer.ready bits). */
@@ -125,6 +126,9 @@ static dt_status check_same_model(const model_config *stored, const model_config
 
 static dt_status setup_model(trainer *t) {
     const char *resume = t->options.resume_path;
+    /* Before any allocation: weights, gradients, optimizer state and the workers' gradient copies must fit. */
+    const int64_t threads = t->cfg.threads > 0 ? t->cfg.threads : k_get_threads();
+    if (model_budget_check(&t->cfg.model, MODEL_USE_TRAIN, threads, 0, 0) != DT_OK) return DT_ERR;
     if (resume) {
         if (model_load(&t->model, resume) != DT_OK) return DT_ERR;
         t->ready |= READY_MODEL;
@@ -197,6 +201,9 @@ static dt_status setup_state(trainer *t) {
     }
     if (train_checkpoint_read_optim(resume, &t->opt) != DT_OK) return DT_ERR;
     if (train_checkpoint_read_state(resume, &t->state, NULL) != DT_OK) return DT_ERR;
+    if (t->state.step > t->total_steps)
+        return dt_errorf("%s: /train: 'step' = %lld is beyond this run's %lld steps (train.tokens = %lld)", resume,
+                         (long long)t->state.step, (long long)t->total_steps, (long long)t->cfg.tokens);
     t->loader.rng = t->state.loader_rng;
     t->loader.windows_drawn = t->state.windows_drawn;
     /* The resumed-from file is the last good checkpoint until this run writes one. */
