@@ -104,6 +104,8 @@ static dt_status open_split(data_tokens *tokens, int s) {
     return DT_OK;
 }
 
+static dt_status scan_splits(data_tokens *tokens);
+
 dt_status data_tokens_open(data_tokens *tokens, const char *path) {
     memset(tokens, 0, sizeof *tokens);
     tokens->file = tokens->split_dataset[0] = tokens->split_dataset[1] = H5I_INVALID_HID;
@@ -134,10 +136,15 @@ dt_status data_tokens_open(data_tokens *tokens, const char *path) {
         data_tokens_close(tokens);
         return dt_error_context("%s", path);
     }
+    if (scan_splits(tokens) != DT_OK) { /* names the file itself */
+        data_tokens_close(tokens);
+        return DT_ERR;
+    }
     return DT_OK;
 }
 
-dt_status data_tokens_read(data_tokens *tokens, data_split split, int64_t start, int64_t count, int32_t *out) {
+/* out[count] = split[start .. start + count) as stored (uint32 values in int32 slots), unchecked. */
+static dt_status read_raw(data_tokens *tokens, data_split split, int64_t start, int64_t count, int32_t *out) {
     if (split != SPLIT_TRAIN && split != SPLIT_VAL) return dt_errorf("%s: unknown split %d", tokens->path, (int)split);
     const char *name = split_names[split];
     int64_t length = tokens->split_length[split];
@@ -170,12 +177,43 @@ dt_status data_tokens_read(data_tokens *tokens, data_split split, int64_t start,
             memcpy(&token, (const uint8_t *)out + 2 * i, sizeof token);
             out[i] = token;
         }
+    return DT_OK;
+}
+
+/* Every token of out[count] (read from split at start) is < vocab_size, or an error naming the first that is not. */
+static dt_status check_range(const data_tokens *tokens, data_split split, int64_t start, int64_t count,
+                             const int32_t *out, const char *when) {
     for (int64_t i = 0; i < count; i++) {
         uint32_t token;
         memcpy(&token, &out[i], sizeof token); /* as stored: a uint32 above INT32_MAX stays visible */
         if ((int64_t)token >= tokens->vocab_size)
-            return dt_errorf("%s: token %u at %s[%lld] is >= vocab_size %lld", tokens->path, token, name,
-                             (long long)(start + i), (long long)tokens->vocab_size);
+            return dt_errorf("%s: token %u at %s[%lld] is >= vocab_size %lld%s", tokens->path, token,
+                             split_names[split], (long long)(start + i), (long long)tokens->vocab_size, when);
     }
     return DT_OK;
+}
+
+/* Checks every token of both splits once, at open, in chunks (files larger
+ * than memory work): an out-of-range id is found before a run starts, not
+ * hours in when a window happens to hold it. */
+static dt_status scan_splits(data_tokens *tokens) {
+    enum { CHUNK = 1 << 20 };
+    int32_t *buffer = malloc(CHUNK * sizeof *buffer);
+    if (!buffer) return dt_errorf("%s: out of memory checking the tokens", tokens->path);
+    dt_status status = DT_OK;
+    for (int s = 0; s < 2 && status == DT_OK; s++)
+        for (int64_t start = 0; start < tokens->split_length[s] && status == DT_OK; start += CHUNK) {
+            int64_t count = tokens->split_length[s] - start < CHUNK ? tokens->split_length[s] - start : CHUNK;
+            status = read_raw(tokens, (data_split)s, start, count, buffer);
+            if (status == DT_OK)
+                status = check_range(tokens, (data_split)s, start, count, buffer, " (found when the file was opened)");
+        }
+    free(buffer);
+    return status;
+}
+
+dt_status data_tokens_read(data_tokens *tokens, data_split split, int64_t start, int64_t count, int32_t *out) {
+    if (read_raw(tokens, split, start, count, out) != DT_OK) return DT_ERR;
+    /* Cheap next to the read, and it keeps a file changed after opening from reaching the model. */
+    return check_range(tokens, split, start, count, out, "");
 }
