@@ -1,4 +1,5 @@
 /* dbranch: one program, many subcommands (prepare, train, eval, bench, ...). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,7 +19,8 @@ static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch <command> [options]   (dbranch <command> --help for details)\n\ncommands:\n");
-    for (int i = 0; i < n_commands; i++) fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
+    for (int i = 0; i < n_commands; i++)
+        fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n  --version        print the version\n");
 }
 
@@ -33,6 +35,17 @@ int cli_fail(const char *command) {
     return 1;
 }
 
+/* What a command printed must have reached its destination: `dbranch info >
+ * /dev/full` (or a full disk under a redirected report) is an error, not exit 0. */
+static int checked_stdout(int code) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "dbranch: cannot write standard output (%s)\n", errno ? strerror(errno) : "write error");
+        return code ? code : 1;
+    }
+    return code;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -40,14 +53,14 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return checked_stdout(0);
     }
     if (!strcmp(argv[1], "--version")) {
         printf("dbranch %s\n", DBRANCH_VERSION);
-        return 0;
+        return checked_stdout(0);
     }
     for (int i = 0; i < n_commands; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 2, argv + 2);
+        if (!strcmp(argv[1], commands[i].name)) return checked_stdout(commands[i].run(argc - 2, argv + 2));
     fprintf(stderr, "dbranch: unknown command '%s' (try dbranch --help)\n", argv[1]);
     return 2;
 }

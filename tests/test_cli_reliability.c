@@ -5,7 +5,8 @@
  *    "No space left on device", exit 1 (not a segfault in HDF5's exit-time
  *    cleanup), and no .tmp stays (item 3; on a 64 KiB tmpfs, skipped with a
  *    message where mounting is not allowed); a full disk under the log
- *    (/dev/full) is an error too, not a truncated log and exit 0;
+ *    (/dev/full) is an error too, not a truncated log and exit 0, and so is
+ *    standard output on a full device (`dbranch info > /dev/full`);
  *  - `prepare --out` naming one of its --input files (the same path, or the
  *    same inode through a hard link) is refused and the corpus stays (item 4). */
 #include <criterion/criterion.h>
@@ -126,6 +127,18 @@ Test(cli_reliability, full_disk_under_the_log_is_an_error) {
     cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1, "a log that cannot be written must fail: %s", err);
     test_assert_one_line_error(err, "dbranch train: ", "/dev/full");
     cr_assert(strstr(err, "No space left on device"), "says why: %s", err);
+    free(err);
+}
+
+Test(cli_reliability, full_stdout_is_an_error) {
+    char command[1024], err_path[160];
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", work_dir);
+    snprintf(command, sizeof command, "'%s' info '%s' >/dev/full 2>'%s'", test_dbranch_binary(), config_path, err_path);
+    int status = system(command);
+    char *err = test_slurp(err_path);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "a report that reached nothing exited %d: %s",
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1, err);
+    test_assert_one_line_error(err, "dbranch: ", "No space left on device");
     free(err);
 }
 
