@@ -34,6 +34,10 @@ double model_budget_bytes(const model_config *config, model_use use, int64_t thr
                           int64_t kv_rows) {
     const double params = model_config_param_bytes(config);
     double bytes = 2.0 * params; /* weights + gradients */
+    /* RoPE families keep a [block_size, head_dim] cos/sin table (block_size = 2^30 in a model file's /config
+     * would otherwise be allocated and filled before anything else failed: found by tests/fuzz). */
+    if (config->family != FAMILY_NANOGPT && config->n_head > 0)
+        bytes += 4.0 * (double)config->block_size * (double)(config->d_model / config->n_head);
     if (use == MODEL_USE_TRAIN) bytes += 2.0 * params + (double)(threads > 1 ? threads - 1 : 0) * params;
     if (use == MODEL_USE_DECODE) {
         model_info info;

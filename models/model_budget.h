@@ -4,7 +4,8 @@
  * of a kill by the kernel's OOM killer.
  *
  * The figures are lower bounds (activations and arenas come on top): the
- * parameters and their gradients (what model_create allocates), for training
+ * parameters, their gradients and the RoPE table (what model_create
+ * allocates), for training
  * the optimizer state (two float moments per parameter, AdamW's bound, which
  * also covers Muon) and one gradient copy per extra worker thread
  * (train/parallel_step.c), for decode the KV cache. */
@@ -17,7 +18,7 @@
 #include "models/config.h"
 
 typedef enum {
-    MODEL_USE_WEIGHTS, /* parameters + gradients (model_create) */
+    MODEL_USE_WEIGHTS, /* parameters + gradients + RoPE table (model_create) */
     MODEL_USE_TRAIN,   /* + optimizer state + per-thread gradient copies */
     MODEL_USE_DECODE,  /* + KV cache */
 } model_use;

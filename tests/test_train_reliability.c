@@ -164,6 +164,33 @@ Test(train_reliability, config_larger_than_params_is_refused_before_allocation) 
     cr_assert(strstr(message, checkpoint) && strstr(message, "/params holds only"), "%s", message);
 }
 
+Test(train_reliability, huge_block_size_in_a_rope_model_file_is_refused_before_allocation) {
+    /* block_size adds no parameter to a llama model, but its RoPE table is [block_size, head_dim] (found by
+     * tests/fuzz). */
+    model_config c = model_config_default(FAMILY_LLAMA);
+    c.vocab_size = 64;
+    c.block_size = 16;
+    c.n_layer = 1;
+    c.n_head = 2;
+    c.n_kv_head = 1;
+    c.d_model = 16;
+    model m;
+    cr_assert_eq(model_create(&m, &c), DT_OK, "%s", dt_error_message());
+    char path[PATH_BUF];
+    snprintf(path, sizeof path, "%s/llama.h5", work_dir);
+    cr_assert_eq(model_save(&m, path), DT_OK, "%s", dt_error_message());
+    model_free(&m);
+    hid_t file;
+    cr_assert_eq(h5_open(path, 1, &file), DT_OK);
+    hid_t config = H5Gopen2(file, "config", H5P_DEFAULT);
+    cr_assert_eq(h5_write_attr_int(config, "block_size", INT64_C(1) << 30), DT_OK); /* a 32 GiB table */
+    H5Gclose(config);
+    cr_assert_eq(h5_close(file, path), DT_OK);
+    setenv("DBRANCH_MEMORY_LIMIT", "4000000000", 1);
+    cr_assert_eq(model_load(&m, path), DT_ERR, "block_size = 2^30 loaded");
+    cr_assert(strstr(dt_error_message(), path) && strstr(dt_error_message(), "too large"), "%s", dt_error_message());
+}
+
 /* ---- item 8: finite weights at load, the true last good checkpoint ---- */
 
 Test(train_reliability, non_finite_weights_are_refused_at_load) {

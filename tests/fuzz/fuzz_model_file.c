@@ -66,15 +66,18 @@ static void write_params(hid_t file, fuzz_input *in, const model_config *plausib
     model m;
     model_config c = *plausible;
     /* Small models only: the harness itself must not be the one allocating gigabytes. */
-    if (model_config_param_count(&c) <= 2e5 && model_create(&m, &c) == DT_OK) {
+    if (model_config_param_count(&c) <= 2e5 && model_budget_bytes(&c, MODEL_USE_WEIGHTS, 1, 0, 0) <= 64e6 &&
+        model_create(&m, &c) == DT_OK) {
         for (int i = 0; i < m.n_params; i++) {
             dt_tensor *t = m.params[i].tensor;
             float *x = dt_f32(t);
-            for (int64_t j = 0; j < t->size; j++) x[j] = (float)((int)(j % 7) - 3) * 0.01f;
+            for (int64_t j = 0; j < t->size; j++)
+                x[j] = (float)((int)(j % 7) - 3) * 0.01f;
             uint8_t how = fuzz_u8(in);
             if (how % 41 == 0) continue; /* missing */
             int64_t shape[4];
-            for (int d = 0; d < t->ndim; d++) shape[d] = t->shape[d];
+            for (int d = 0; d < t->ndim; d++)
+                shape[d] = t->shape[d];
             if (how % 37 == 0) x[fuzz_u64(in, 2) % t->size] = (how & 64) ? NAN : -INFINITY;
             if (how % 43 == 0 && t->size > 1) shape[0] = t->shape[0] - 1;
             if (how % 47 == 0)
