@@ -20,9 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/rng.h"
-#include "data/tokenizer.h"
-#include "data/tokens.h"
+#include "support/letters.h"
 #include "support/run_dbranch.h"
 #include "support/scratch.h"
 
@@ -32,19 +30,9 @@ static char config_path[128];
 /* data.h5 (random letters, byte tokenizer) and run.ini (a small model) in a scratch dir. */
 static void setup(void) {
     test_scratch_dir(work_dir, sizeof work_dir, "cli_reliability");
-    enum { N_TRAIN = 6000, N_VAL = 600 };
-    int32_t tokens[N_TRAIN + N_VAL];
-    dt_rng rng;
-    dt_rng_seed(&rng, 3);
-    for (int i = 0; i < N_TRAIN + N_VAL; i++)
-        tokens[i] = 'a' + (int32_t)dt_rng_below(&rng, 8);
-    data_tokenizer tok;
-    cr_assert_eq(data_tokenizer_byte(&tok), DT_OK);
     char data_path[128];
     snprintf(data_path, sizeof data_path, "%s/data.h5", work_dir);
-    cr_assert_eq(data_tokens_write(data_path, &tok, tokens, N_TRAIN, tokens + N_TRAIN, N_VAL, "letters"), DT_OK, "%s",
-                 dt_error_message());
-    data_tokenizer_free(&tok);
+    test_write_letters(data_path, 3, 8, 6000, 600);
     snprintf(config_path, sizeof config_path, "%s/run.ini", work_dir);
     FILE *f = fopen(config_path, "w");
     cr_assert(f != NULL);

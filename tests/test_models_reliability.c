@@ -63,21 +63,31 @@ Test(reference_reliability, infinite_expected_loss_fails) {
     check_fails_naming(path, "/ref/loss holds a non-finite");
 }
 
-Test(reference_reliability, infinite_expected_logits_fail) {
-    char path[1024];
-    hid_t file = doctored_copy("01_nanogpt_base.h5", path, sizeof path);
+/* Rewrites float dataset `name` of file: first (values at indices 0, 1) or every value (first < 0: all = fill). */
+static void rewrite_dataset(hid_t file, const char *name, float first, float second, float fill) {
     int ndim;
     int64_t shape[4];
-    cr_assert_eq(h5_dataset_shape(file, "/ref/logits_primary", &ndim, shape), DT_OK);
+    cr_assert_eq(h5_dataset_shape(file, name, &ndim, shape), DT_OK, "%s", dt_error_message());
     int64_t n = 1;
     for (int i = 0; i < ndim; i++)
         n *= shape[i];
     float *values = malloc((size_t)n * sizeof *values);
-    cr_assert_eq(h5_read_f32(file, "/ref/logits_primary", values, ndim, shape), DT_OK);
-    values[0] = -INFINITY;
-    values[1] = INFINITY;
-    cr_assert_eq(h5_write_f32(file, "/ref/logits_primary", values, ndim, shape), DT_OK);
+    cr_assert_eq(h5_read_f32(file, name, values, ndim, shape), DT_OK);
+    if (fill != 0.0f)
+        for (int64_t i = 0; i < n; i++)
+            values[i] = fill;
+    else {
+        values[0] = first;
+        values[1] = second;
+    }
+    cr_assert_eq(h5_write_f32(file, name, values, ndim, shape), DT_OK);
     free(values);
+}
+
+Test(reference_reliability, infinite_expected_logits_fail) {
+    char path[1024];
+    hid_t file = doctored_copy("01_nanogpt_base.h5", path, sizeof path);
+    rewrite_dataset(file, "/ref/logits_primary", -INFINITY, INFINITY, 0.0f);
     cr_assert_eq(h5_close(file, path), DT_OK);
     check_fails_naming(path, "/ref/logits_primary holds a non-finite");
 }
@@ -106,17 +116,7 @@ Test(reference_reliability, non_finite_results_of_our_own_fail) {
     /* Weights near FLT_MAX overflow the logits to inf: our values, not the file's, are non-finite. */
     char path[1024];
     hid_t file = doctored_copy("01_nanogpt_base.h5", path, sizeof path);
-    int ndim;
-    int64_t shape[4];
-    cr_assert_eq(h5_dataset_shape(file, "/params/final_norm.weight", &ndim, shape), DT_OK, "%s", dt_error_message());
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= shape[i];
-    float *values = malloc((size_t)n * sizeof *values);
-    for (int64_t i = 0; i < n; i++)
-        values[i] = 3e38f;
-    cr_assert_eq(h5_write_f32(file, "/params/final_norm.weight", values, ndim, shape), DT_OK);
-    free(values);
+    rewrite_dataset(file, "/params/final_norm.weight", 0.0f, 0.0f, 3e38f);
     cr_assert_eq(h5_close(file, path), DT_OK);
     check_fails_naming(path, "our value for /ref/");
 }

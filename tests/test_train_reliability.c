@@ -24,6 +24,7 @@
 #include "data/tokens.h"
 #include "models/model_budget.h"
 #include "models/model_io.h"
+#include "support/letters.h"
 #include "support/scratch.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -36,18 +37,7 @@ static char data_path[128];
 static void setup(void) {
     test_scratch_dir(work_dir, sizeof work_dir, "train_reliability");
     snprintf(data_path, sizeof data_path, "%s/data.h5", work_dir);
-    enum { N_TRAIN = 4000, N_VAL = 600 };
-    int32_t *stream = malloc((N_TRAIN + N_VAL) * sizeof *stream);
-    dt_rng rng;
-    dt_rng_seed(&rng, 7);
-    for (int i = 0; i < N_TRAIN + N_VAL; i++)
-        stream[i] = 'a' + (int32_t)dt_rng_below(&rng, 12);
-    data_tokenizer tok;
-    cr_assert_eq(data_tokenizer_byte(&tok), DT_OK);
-    cr_assert_eq(data_tokens_write(data_path, &tok, stream, N_TRAIN, stream + N_TRAIN, N_VAL, "letters"), DT_OK, "%s",
-                 dt_error_message());
-    data_tokenizer_free(&tok);
-    free(stream);
+    test_write_letters(data_path, 7, 12, 4000, 600);
 }
 
 static void teardown(void) {
