@@ -7,10 +7,13 @@
  *    message where mounting is not allowed); a full disk under the log
  *    (/dev/full) is an error too, not a truncated log and exit 0, and so is
  *    standard output on a full device (`dbranch info > /dev/full`);
+ *  - a NaN weight in a model file is one line naming the tensor from `eval`,
+ *    `generate` and `bench decode` (item 8; they printed "loss nan", NUL bytes);
  *  - `prepare --out` naming one of its --input files (the same path, or the
  *    same inode through a hard link) is refused and the corpus stays (item 4). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "models/model_io.h"
 #include "support/letters.h"
 #include "support/run_dbranch.h"
 #include "support/scratch.h"
@@ -155,4 +159,35 @@ Test(cli_reliability, prepare_refuses_out_equal_to_an_input) {
     cr_assert_eq(stat(corpus, &after), 0);
     cr_assert_eq(after.st_size, before.st_size, "the corpus was overwritten");
     cr_assert_eq(after.st_ino, before.st_ino, "the corpus was replaced");
+}
+
+Test(cli_reliability, nan_weights_are_refused_by_eval_generate_and_bench) {
+    char args[1024], *err = NULL, checkpoint[160], poisoned[160], data[160];
+    snprintf(args, sizeof args, "train --config '%s'", config_path);
+    cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 0, "%s", err);
+    free(err);
+    snprintf(checkpoint, sizeof checkpoint, "%s/run/checkpoint.h5", work_dir);
+    snprintf(poisoned, sizeof poisoned, "%s/poisoned.h5", work_dir);
+    snprintf(data, sizeof data, "%s/data.h5", work_dir);
+    model m;
+    cr_assert_eq(model_load(&m, checkpoint), DT_OK, "%s", dt_error_message());
+    dt_f32(m.final_norm)[1] = NAN; /* written with a valid checksum: only the finite check can catch it */
+    cr_assert_eq(model_save(&m, poisoned), DT_OK, "%s", dt_error_message());
+    model_free(&m);
+    const char *const commands[][2] = {
+        {"eval", "eval --model '%s' --data '%s'"},
+        {"generate", "generate --model '%s' --data '%s' --prompt ab --tokens 4"},
+        {"bench", "bench decode --model '%s' --tokens 4"},
+    };
+    for (int i = 0; i < 3; i++) {
+        char command[512], prefix[64];
+        snprintf(command, sizeof command, commands[i][1], poisoned, data);
+        snprintf(prefix, sizeof prefix, "dbranch %s", commands[i][0]);
+        int code = test_run_dbranch(NULL, command, NULL, &err);
+        cr_assert_neq(code, 0, "%s accepted a NaN weight: %s", commands[i][0], err);
+        cr_assert(strstr(err, prefix) && strstr(err, "/params/final_norm.weight") && strstr(err, "non-finite"),
+                  "%s: %s", command, err);
+        cr_assert(strchr(err, '\n') == strrchr(err, '\n'), "one line: %s", err);
+        free(err);
+    }
 }
