@@ -615,20 +615,39 @@ dt_status data_tokenizer_train_bpe(data_tokenizer *tok, const uint8_t *text, siz
         status = dt_errorf("out of memory for BPE training on %lld distinct bytes", (long long)n_symbols);
         goto done;
     }
+    /* Two passes, so that every position list is allocated at its exact size
+     * (grown by doubling they held up to twice the positions): the first
+     * counts each pair's occurrences (weighted) and positions, the second fills. */
     int32_t cursor = 0;
     for (size_t w = 0; w < words.n_words && status == DT_OK; w++) {
         const int32_t length = words.length[w];
         const size_t offset = words.offset[w];
         tr.word_start[w] = cursor;
-        for (int32_t k = 0; k < length; k++) {
+        for (int32_t k = 0; k < length && status == DT_OK; k++) {
             int32_t i = cursor + k;
             tr.symbol[i] = text[offset + (size_t)k];
-            if (k > 0) status = pair_add(&tr, tr.symbol[i - 1], tr.symbol[i], tr.word_count[w], i - 1, 0);
+            if (k == 0) continue;
+            int64_t index = pair_get(&tr, tr.symbol[i - 1], tr.symbol[i]);
+            if (index < 0) {
+                status = dt_errorf("out of memory in the BPE pair table");
+                break;
+            }
+            tr.pairs[index].count += tr.word_count[w];
+            tr.pairs[index].cap_positions++; /* a count until the lists are allocated */
         }
         cursor += length;
     }
     tr.word_start[words.n_words] = cursor;
     word_table_free(&words);
+    for (int64_t p = 0; p < tr.n_pairs && status == DT_OK; p++) {
+        tr.pairs[p].positions = malloc((size_t)tr.pairs[p].cap_positions * sizeof *tr.pairs[p].positions);
+        if (!tr.pairs[p].positions) status = dt_errorf("out of memory in the BPE position lists");
+    }
+    for (int32_t w = 0; w < tr.n_words && status == DT_OK; w++)
+        for (int32_t i = tr.word_start[w] + 1; i < tr.word_start[w + 1]; i++) {
+            bpe_pair *pair = &tr.pairs[pair_map_find(&tr.pair_index, pair_key(tr.symbol[i - 1], tr.symbol[i]))];
+            pair->positions[pair->n_positions++] = i - 1;
+        }
     if (status != DT_OK) goto done;
 
     /* 3. Every pair into the max-heap, then merge until the vocabulary is full. */
