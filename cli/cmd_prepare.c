@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/commands.h"
@@ -55,6 +56,14 @@ static int fail(const char *message_format, const char *value) {
     return 1;
 }
 
+/* 1 when path names the same file as out_path: the same string, or the same
+ * inode when out_path exists (a hard link, a symlink, ./x vs x). */
+static int same_file(const char *path, const char *out_path) {
+    if (!strcmp(path, out_path)) return 1;
+    struct stat a, b;
+    return stat(path, &a) == 0 && stat(out_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 static int starts_option(const char *arg) { return arg[0] == '-' && arg[1] == '-'; }
 
 int cmd_prepare(int argc, char **argv) {
@@ -100,6 +109,9 @@ int cmd_prepare(int argc, char **argv) {
     if (!out_path) return fail("%s", "--out PATH is required");
     if (preset && n_inputs) return fail("%s", "use either --input or --preset, not both");
     if (!preset && !n_inputs) return fail("%s", "give --input FILE... or --preset kjv|pycode");
+    for (int i = 0; i < n_inputs; i++)
+        if (same_file(inputs[i], out_path))
+            return fail("--out '%s' is one of the --input files: it would overwrite the corpus", out_path);
     if (preset && strcmp(preset, "kjv") && strcmp(preset, "pycode"))
         return fail("unknown preset '%s' (expected kjv or pycode)", preset);
     int is_bpe = !strcmp(tokenizer_kind, "bpe");
@@ -136,6 +148,10 @@ int cmd_prepare(int argc, char **argv) {
         data_corpus_free(&corpus);
         return cli_fail("prepare");
     }
+    /* The splits are copies: the raw corpus is not needed again (one byte per input byte less at the peak). */
+    const size_t n_corpus_bytes = corpus.n_bytes;
+    free(corpus.bytes);
+    corpus.bytes = NULL;
 
     data_tokenizer tok;
     status = is_bpe ? data_tokenizer_train_bpe(&tok, train_text, n_train_bytes, vocab) : data_tokenizer_byte(&tok);
@@ -144,6 +160,9 @@ int cmd_prepare(int argc, char **argv) {
     int64_t n_train = 0, n_val = 0;
     if (status == DT_OK) status = data_tokenizer_encode(&tok, train_text, n_train_bytes, &train_tokens, &n_train);
     if (status == DT_OK) status = data_tokenizer_encode(&tok, val_text, n_val_bytes, &val_tokens, &n_val);
+    free(train_text); /* encoded: the tokens are what is written */
+    free(val_text);
+    train_text = val_text = NULL;
     double t_encode = seconds_now();
     if (status == DT_OK)
         status = data_tokens_write(out_path, &tok, train_tokens, n_train, val_tokens, n_val, corpus.source);
@@ -155,14 +174,14 @@ int cmd_prepare(int argc, char **argv) {
     } else {
         int64_t n_tokens = n_train + n_val;
         printf("dbranch prepare: %s\n", corpus.source);
-        printf("  bytes        %zu (train %zu, val %zu; %lld blocks)\n", corpus.n_bytes, n_train_bytes, n_val_bytes,
-               (long long)data_corpus_split_parts(corpus.n_bytes));
+        printf("  bytes        %zu (train %zu, val %zu; %lld blocks)\n", n_corpus_bytes, n_train_bytes, n_val_bytes,
+               (long long)data_corpus_split_parts(n_corpus_bytes));
         printf("  tokenizer    %s, vocab %lld", is_bpe ? "bpe" : "byte", (long long)tok.vocab_size);
         if (is_bpe && tok.vocab_size < vocab) printf(" (asked %lld: the corpus ran out of pairs)", vocab);
         printf("\n");
         printf("  tokens       %lld (train %lld, val %lld)\n", (long long)n_tokens, (long long)n_train,
                (long long)n_val);
-        printf("  bytes/token  %.3f (train %.3f, val %.3f)\n", (double)corpus.n_bytes / (double)n_tokens,
+        printf("  bytes/token  %.3f (train %.3f, val %.3f)\n", (double)n_corpus_bytes / (double)n_tokens,
                (double)n_train_bytes / (double)n_train, (double)n_val_bytes / (double)n_val);
         printf("  time         %.2f s (read %.2f, tokenizer %.2f, encode %.2f, write %.2f)\n", t_write - t_start,
                t_read - t_start, t_tokenizer - t_read, t_encode - t_tokenizer, t_write - t_encode);

@@ -1,4 +1,5 @@
 /* dbranch: one program, many subcommands (prepare, train, eval, bench, ...). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,6 +37,17 @@ int cli_fail(const char *command) {
     return 1;
 }
 
+/* What a command printed must have reached its destination: `dbranch info >
+ * /dev/full` (or a full disk under a redirected report) is an error, not exit 0. */
+static int checked_stdout(int code) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "dbranch: cannot write standard output (%s)\n", errno ? strerror(errno) : "write error");
+        return code ? code : 1;
+    }
+    return code;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -43,14 +55,14 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return checked_stdout(0);
     }
     if (!strcmp(argv[1], "--version")) {
         printf("dbranch %s\n", DBRANCH_VERSION);
-        return 0;
+        return checked_stdout(0);
     }
     for (int i = 0; i < n_commands; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 2, argv + 2);
+        if (!strcmp(argv[1], commands[i].name)) return checked_stdout(commands[i].run(argc - 2, argv + 2));
     fprintf(stderr, "dbranch: unknown command '%s' (try dbranch --help)\n", argv[1]);
     return 2;
 }

@@ -8,11 +8,20 @@
 enum { DT_ERROR_CAPACITY = 1024 };
 static _Thread_local char error_message[DT_ERROR_CAPACITY];
 
+/* One line, always: a message may quote a file's contents (a tokenizer name,
+ * a config value) and a newline or other control byte there would break the
+ * "one clear line" promise; each becomes '?' (found by tests/fuzz). */
+static void one_line(char *text) {
+    for (unsigned char *p = (unsigned char *)text; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
 dt_status dt_errorf(const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
     vsnprintf(error_message, sizeof error_message, fmt, args);
     va_end(args);
+    one_line(error_message);
     return DT_ERR;
 }
 
@@ -32,6 +41,7 @@ dt_status dt_error_context(const char *fmt, ...) {
     size_t rest = strnlen(previous, DT_ERROR_CAPACITY - 1 - n - 2);
     memcpy(error_message + n + 2, previous, rest);
     error_message[n + 2 + rest] = '\0';
+    one_line(error_message);
     return DT_ERR;
 }
 

@@ -1,17 +1,34 @@
 /* HDF5 helpers: one-line errors, shape checks, type conversion on read. */
 #include "core/h5.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* HDF5 prints its error stack to stderr by default; we report our own line. */
+/* HDF5 prints its error stack to stderr by default; we report our own line.
+ *
+ * H5dont_atexit: when H5Fclose fails to flush (a full disk), HDF5 1.10 frees
+ * the file but leaves its id registered, and the library's exit-time cleanup
+ * (H5_term_library -> H5F__close_cb) then closes that id again: a use after
+ * free and a segfault after the error was reported. No id of ours is open at
+ * that point (h5_write_file closes every one on every path); the process's
+ * exit releases what HDF5 holds, so skipping its atexit cleanup loses nothing. */
 static void silence_hdf5(void) {
     static int done = 0;
     if (!done) {
+        H5dont_atexit();
         H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
         done = 1;
     }
+}
+
+/* errno's text when the failed call left one, else the fallback. */
+static const char *reason(int saved_errno, const char *fallback) {
+    return saved_errno ? strerror(saved_errno) : fallback;
 }
 
 dt_status h5_open(const char *path, int writable, hid_t *file) {
@@ -25,13 +42,76 @@ dt_status h5_open(const char *path, int writable, hid_t *file) {
 
 dt_status h5_create(const char *path, hid_t *file) {
     silence_hdf5();
+    /* HDF5 does not say why a create failed: try the open ourselves first. */
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) return dt_errorf("%s: cannot create file (%s)", path, strerror(errno));
+    close(fd);
+    errno = 0;
     *file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (*file < 0) return dt_errorf("%s: cannot create file", path);
+    if (*file < 0) return dt_errorf("%s: cannot create file (%s)", path, reason(errno, "HDF5 refused it"));
     return DT_OK;
 }
 
+/* fsync a written file (and best effort its directory, so the rename is durable too). */
+static dt_status sync_file(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        int saved = errno;
+        if (fd >= 0) close(fd);
+        return dt_errorf("%s: cannot sync to disk (%s)", path, strerror(saved));
+    }
+    close(fd);
+    return DT_OK;
+}
+
+static void sync_parent_dir(const char *path) {
+    char *copy = strdup(path);
+    if (!copy) return;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(copy);
+}
+
+dt_status h5_write_file(const char *path, h5_file_writer write, const void *ctx) {
+    size_t n = strlen(path) + 5;
+    char *tmp = malloc(n);
+    if (!tmp) return dt_errorf("%s: out of memory", path);
+    snprintf(tmp, n, "%s.tmp", path);
+    hid_t file = H5I_INVALID_HID;
+    dt_status status = h5_create(tmp, &file);
+    if (status == DT_OK) {
+        errno = 0;
+        status = write(file, ctx);
+        int saved = errno;
+        if (status != DT_OK && (saved == ENOSPC || saved == EDQUOT || saved == EIO || saved == EFBIG)) {
+            char message[512]; /* HDF5 says only "cannot write dataset": add the cause */
+            snprintf(message, sizeof message, "%s", dt_error_message());
+            dt_errorf("%s (%s)", message, strerror(saved));
+        }
+        errno = 0;
+        herr_t closed = H5Fclose(file); /* always closed, even after a failed write */
+        saved = errno;
+        if (status == DT_OK && closed < 0)
+            status = dt_errorf("cannot write %s (%s)", tmp, reason(saved, "HDF5 could not flush it"));
+    }
+    if (status == DT_OK) status = sync_file(tmp);
+    if (status == DT_OK && rename(tmp, path) != 0)
+        status = dt_errorf("cannot rename %s to %s (%s)", tmp, path, strerror(errno));
+    if (status == DT_OK) sync_parent_dir(path);
+    if (status != DT_OK) {
+        unlink(tmp); /* nothing partial, not even a 0-byte .tmp, stays behind */
+        dt_error_context("%s", path);
+    }
+    free(tmp);
+    return status;
+}
+
 dt_status h5_close(hid_t file, const char *path) {
-    if (H5Fclose(file) < 0) return dt_errorf("%s: error while closing (disk full?)", path);
+    errno = 0;
+    if (H5Fclose(file) < 0) return dt_errorf("%s: cannot write (%s)", path, reason(errno, "HDF5 could not flush it"));
     return DT_OK;
 }
 
@@ -105,10 +185,21 @@ static dt_status read_attr_numeric(hid_t loc, const char *name, hid_t mem_type, 
 }
 
 dt_status h5_read_attr_int(hid_t loc, const char *name, int64_t *value) {
+    /* An integer attribute reads exactly (a 64-bit checksum does not survive a trip through double). */
+    hid_t attr = H5Aexists(loc, name) > 0 ? H5Aopen(loc, name, H5P_DEFAULT) : H5I_INVALID_HID;
+    hid_t type = attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID;
+    H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
+    if (type >= 0) H5Tclose(type);
+    if (attr >= 0) H5Aclose(attr);
+    if (cls == H5T_INTEGER) return read_attr_numeric(loc, name, H5T_NATIVE_INT64, value);
     double as_double = 0;
     /* Read as double first so that 3.5 is rejected rather than truncated. */
     if (read_attr_numeric(loc, name, H5T_NATIVE_DOUBLE, &as_double) != DT_OK) return DT_ERR;
-    if (as_double != (double)(int64_t)as_double) return dt_errorf("attribute '%s' = %g is not an integer", name, as_double);
+    /* Range first: converting a double outside int64 (or NaN) is undefined behaviour (found by tests/fuzz). */
+    if (!(as_double >= -9223372036854775808.0 && as_double < 9223372036854775808.0))
+        return dt_errorf("attribute '%s' = %g is not an integer in range", name, as_double);
+    if (as_double != (double)(int64_t)as_double)
+        return dt_errorf("attribute '%s' = %g is not an integer", name, as_double);
     return read_attr_numeric(loc, name, H5T_NATIVE_INT64, value);
 }
 
@@ -146,8 +237,10 @@ dt_status h5_read_attr_string(hid_t loc, const char *name, char *value, size_t c
             H5Tset_strpad(mem, H5T_STR_NULLTERM);
             H5Tset_cset(mem, H5Tget_cset(type));
             memset(buf, 0, sizeof buf);
-            if (H5Aread(attr, mem, buf) < 0) status = dt_errorf("cannot read attribute '%s'", name);
-            else snprintf(value, capacity, "%s", buf);
+            if (H5Aread(attr, mem, buf) < 0)
+                status = dt_errorf("cannot read attribute '%s'", name);
+            else
+                snprintf(value, capacity, "%s", buf);
             H5Tclose(mem);
         }
     }
@@ -156,10 +249,11 @@ dt_status h5_read_attr_string(hid_t loc, const char *name, char *value, size_t c
     return status;
 }
 
-static dt_status write_dataset(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *data,
-                               int ndim, const int64_t *shape) {
+static dt_status write_dataset(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *data, int ndim,
+                               const int64_t *shape) {
     hsize_t dims[8];
-    for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)shape[i];
+    for (int i = 0; i < ndim; i++)
+        dims[i] = (hsize_t)shape[i];
     if (h5_exists(loc, name)) H5Ldelete(loc, name, H5P_DEFAULT);
     hid_t space = ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(ndim, dims, NULL);
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
@@ -202,27 +296,31 @@ dt_status h5_dataset_shape(hid_t loc, const char *name, int *ndim, int64_t *shap
     } else {
         H5Sget_simple_extent_dims(space, dims, NULL);
         *ndim = rank;
-        for (int i = 0; i < rank; i++) shape[i] = (int64_t)dims[i];
+        for (int i = 0; i < rank; i++)
+            shape[i] = (int64_t)dims[i];
     }
     H5Sclose(space);
     H5Dclose(dset);
     return status;
 }
 
-static dt_status read_dataset(hid_t loc, const char *name, hid_t mem_type, H5T_class_t want_class, void *data,
-                              int ndim, const int64_t *shape) {
+static dt_status read_dataset(hid_t loc, const char *name, hid_t mem_type, H5T_class_t want_class, void *data, int ndim,
+                              const int64_t *shape) {
     int found_ndim = 0;
     int64_t found[4] = {0};
     if (h5_dataset_shape(loc, name, &found_ndim, found) != DT_OK) return DT_ERR;
     int same = found_ndim == ndim;
-    for (int i = 0; same && i < ndim; i++) same = found[i] == shape[i];
+    for (int i = 0; same && i < ndim; i++)
+        same = found[i] == shape[i];
     if (!same) {
         char want[96], got[96];
         int n = snprintf(want, sizeof want, "[");
-        for (int i = 0; i < ndim; i++) n += snprintf(want + n, sizeof want - n, i ? ", %lld" : "%lld", (long long)shape[i]);
+        for (int i = 0; i < ndim; i++)
+            n += snprintf(want + n, sizeof want - n, i ? ", %lld" : "%lld", (long long)shape[i]);
         snprintf(want + n, sizeof want - n, "]");
         n = snprintf(got, sizeof got, "[");
-        for (int i = 0; i < found_ndim; i++) n += snprintf(got + n, sizeof got - n, i ? ", %lld" : "%lld", (long long)found[i]);
+        for (int i = 0; i < found_ndim; i++)
+            n += snprintf(got + n, sizeof got - n, i ? ", %lld" : "%lld", (long long)found[i]);
         snprintf(got + n, sizeof got - n, "]");
         return dt_errorf("dataset '%s' has shape %s, expected %s", name, got, want);
     }

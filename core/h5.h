@@ -11,8 +11,18 @@
 
 /* Opens read-only (or read-write); a missing, truncated or foreign file is an error naming it. */
 dt_status h5_open(const char *path, int writable, hid_t *file);
-/* Creates (truncating) a file. */
+/* Creates (truncating) a file; an error says why (strerror). Writers of whole
+ * files use h5_write_file instead. */
 dt_status h5_create(const char *path, hid_t *file);
+
+/* The one checked path for every HDF5 file dbranch writes (checkpoints, model
+ * files, token files): write(file, ctx) fills a new PATH.tmp, which is closed
+ * (a failed flush is an error), fsync'ed and renamed over PATH, so PATH is
+ * either the old file or the complete new one. Any failure removes PATH.tmp
+ * (no 0-byte or partial .tmp is left) and is one line naming PATH and the
+ * reason (errno's text: "No space left on device"). */
+typedef dt_status (*h5_file_writer)(hid_t file, const void *ctx);
+dt_status h5_write_file(const char *path, h5_file_writer write, const void *ctx);
 /* Closes and reports an error if HDF5 could not flush the file. */
 dt_status h5_close(hid_t file, const char *path);
 /* Creates a group if absent; returns its id in *group (close with H5Gclose). */

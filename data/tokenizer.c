@@ -277,49 +277,83 @@ dt_status data_tokenizer_external(data_tokenizer *tok, int64_t vocab_size) {
 
 /* ---------------------------------------------------------- BPE training */
 
-/* Distinct pre-split chunks of the corpus with their counts. */
+/* Distinct pre-split chunks of the corpus with their counts. Memory matters
+ * here: a corpus of mostly distinct chunks (code, numbers, base64) has about
+ * one distinct chunk per 3-5 bytes, so the table is compact: an open-addressed
+ * index of 8-byte slots (a 32-bit hash tag and the chunk's number; load at
+ * most 3/4) over dense arrays of offset, length and count (grown by 1.5x).
+ * The old table of 32-byte slots at load 1/2 took up to 128 bytes per chunk. */
 typedef struct {
-    size_t offset; /* first occurrence in the text */
-    uint64_t hash;
-    int64_t count;
-    int32_t length;
-} word_entry;
-
-typedef struct {
-    word_entry *slots; /* count == 0 marks a free slot */
-    size_t capacity;
-    size_t count;
+    uint64_t *slots; /* (hash >> 32) << 32 | (word + 1); 0 marks a free slot */
+    size_t capacity; /* power of two */
+    size_t *offset;  /* [count] first occurrence in the text */
+    int32_t *length; /* [count] */
+    int64_t *count;  /* [count] occurrences */
+    size_t n_words, cap_words;
 } word_table;
 
-static word_entry *word_slot(word_table *table, const uint8_t *text, size_t offset, size_t length, uint64_t hash) {
-    size_t mask = table->capacity - 1;
+static void word_table_free(word_table *table) {
+    free(table->slots);
+    free(table->offset);
+    free(table->length);
+    free(table->count);
+    memset(table, 0, sizeof *table);
+}
+
+/* The slot holding this chunk, or the free slot where it belongs. */
+static uint64_t *word_slot(const word_table *table, const uint8_t *text, size_t offset, size_t length, uint64_t hash) {
+    const size_t mask = table->capacity - 1;
+    const uint64_t tag = hash >> 32;
     for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
-        word_entry *entry = &table->slots[slot];
-        if (entry->count == 0) return entry;
-        if (entry->hash == hash && (size_t)entry->length == length &&
-            memcmp(text + entry->offset, text + offset, length) == 0)
+        uint64_t *entry = &table->slots[slot];
+        if (*entry == 0) return entry;
+        size_t w = (size_t)(*entry & 0xffffffffu) - 1;
+        if ((*entry >> 32) == tag && (size_t)table->length[w] == length &&
+            memcmp(text + table->offset[w], text + offset, length) == 0)
             return entry;
     }
 }
 
+static dt_status word_table_rehash(word_table *table, const uint8_t *text, size_t capacity) {
+    uint64_t *slots = calloc(capacity, sizeof *slots);
+    if (!slots) return dt_errorf("out of memory counting words");
+    free(table->slots);
+    table->slots = slots;
+    table->capacity = capacity;
+    for (size_t w = 0; w < table->n_words; w++) {
+        uint64_t hash = hash_bytes(text + table->offset[w], (size_t)table->length[w]);
+        *word_slot(table, text, table->offset[w], (size_t)table->length[w], hash) =
+            (hash >> 32) << 32 | (uint64_t)(w + 1);
+    }
+    return DT_OK;
+}
+
 static dt_status word_table_add(word_table *table, const uint8_t *text, size_t offset, size_t length) {
-    if (2 * (table->count + 1) > table->capacity) {
-        word_table bigger = {calloc(table->capacity * 2, sizeof(word_entry)), table->capacity * 2, table->count};
-        if (!bigger.slots) return dt_errorf("out of memory counting words");
-        for (size_t i = 0; i < table->capacity; i++) {
-            word_entry *old = &table->slots[i];
-            if (old->count) *word_slot(&bigger, text, old->offset, (size_t)old->length, old->hash) = *old;
-        }
-        free(table->slots);
-        *table = bigger;
-    }
+    if (4 * (table->n_words + 1) > 3 * table->capacity &&
+        word_table_rehash(table, text, table->capacity ? 2 * table->capacity : 1024) != DT_OK)
+        return DT_ERR;
     uint64_t hash = hash_bytes(text + offset, length);
-    word_entry *entry = word_slot(table, text, offset, length, hash);
-    if (entry->count == 0) {
-        *entry = (word_entry){offset, hash, 0, (int32_t)length};
-        table->count++;
+    uint64_t *entry = word_slot(table, text, offset, length, hash);
+    if (*entry == 0) {
+        if (table->n_words >= INT32_MAX - 1) return dt_errorf("too many distinct words for BPE training");
+        if (table->n_words == table->cap_words) {
+            size_t bigger = table->cap_words ? table->cap_words + table->cap_words / 2 : 1024;
+            size_t *offsets = realloc(table->offset, bigger * sizeof *offsets);
+            if (offsets) table->offset = offsets;
+            int32_t *lengths = offsets ? realloc(table->length, bigger * sizeof *lengths) : NULL;
+            if (lengths) table->length = lengths;
+            int64_t *counts = lengths ? realloc(table->count, bigger * sizeof *counts) : NULL;
+            if (!counts) return dt_errorf("out of memory counting words");
+            table->count = counts;
+            table->cap_words = bigger;
+        }
+        size_t w = table->n_words++;
+        table->offset[w] = offset;
+        table->length[w] = (int32_t)length;
+        table->count[w] = 0;
+        *entry = (hash >> 32) << 32 | (uint64_t)(w + 1);
     }
-    entry->count++;
+    table->count[(*entry & 0xffffffffu) - 1]++;
     return DT_OK;
 }
 
@@ -337,11 +371,15 @@ typedef struct {
 } heap_entry;
 
 typedef struct {
-    /* Symbols of all distinct chunks, one linked list per chunk. */
-    int32_t *symbol; /* token id, -1 once merged into its left neighbour */
-    int32_t *prev, *next;
-    int32_t *word;       /* chunk of each symbol */
-    int64_t *word_count; /* occurrences of each chunk */
+    /* Symbols of all distinct chunks, each chunk's contiguous: a merged
+     * symbol becomes -1 and its neighbours are found by skipping those (a
+     * token spans few bytes), and a symbol's chunk by binary search of
+     * word_start, so a symbol costs 4 bytes, not the 16 of linked lists with
+     * a chunk index (which dominated memory on corpora of distinct chunks). */
+    int32_t *symbol;     /* token id, -1 once merged into its left neighbour */
+    int32_t *word_start; /* [n_words + 1] first symbol of each chunk; the last is n_symbols */
+    int64_t *word_count; /* [n_words] occurrences of each chunk */
+    int32_t n_words;
     pair_map pair_index;
     bpe_pair *pairs;
     int64_t n_pairs, cap_pairs;
@@ -353,9 +391,7 @@ typedef struct {
 
 static void bpe_trainer_free(bpe_trainer *tr) {
     free(tr->symbol);
-    free(tr->prev);
-    free(tr->next);
-    free(tr->word);
+    free(tr->word_start);
     free(tr->word_count);
     pair_map_free(&tr->pair_index);
     for (int64_t i = 0; i < tr->n_pairs; i++)
@@ -366,9 +402,9 @@ static void bpe_trainer_free(bpe_trainer *tr) {
 }
 
 /* Grows *array (element size `size`) to hold at least `need` elements. */
-static int grow(void **array, int64_t *capacity, int64_t need, size_t size) {
+static int grow_from(void **array, int64_t *capacity, int64_t need, size_t size, int64_t first) {
     if (need <= *capacity) return 1;
-    int64_t bigger = *capacity ? *capacity * 2 : 16;
+    int64_t bigger = *capacity ? *capacity * 2 : first;
     while (bigger < need)
         bigger *= 2;
     void *grown = realloc(*array, (size_t)bigger * size);
@@ -376,6 +412,10 @@ static int grow(void **array, int64_t *capacity, int64_t need, size_t size) {
     *array = grown;
     *capacity = bigger;
     return 1;
+}
+
+static int grow(void **array, int64_t *capacity, int64_t need, size_t size) {
+    return grow_from(array, capacity, need, size, 16);
 }
 
 /* Heap order: larger count first, then lower left id, then lower right id. */
@@ -444,7 +484,9 @@ static dt_status pair_add(bpe_trainer *tr, int32_t left, int32_t right, int64_t 
     pair->count += delta;
     if (delta > 0) {
         int64_t capacity = pair->cap_positions;
-        if (!grow((void **)&pair->positions, &capacity, (int64_t)pair->n_positions + 1, sizeof *pair->positions) ||
+        /* From 2: most of the millions of pairs a large corpus makes occur in a few places only. */
+        if (!grow_from((void **)&pair->positions, &capacity, (int64_t)pair->n_positions + 1, sizeof *pair->positions,
+                       2) ||
             capacity > INT32_MAX)
             return dt_errorf("out of memory in the BPE position lists");
         pair->cap_positions = (int32_t)capacity;
@@ -464,6 +506,33 @@ static int compare_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The chunk holding symbol i: the last w with word_start[w] <= i. */
+static int32_t word_of(const bpe_trainer *tr, int32_t i) {
+    int32_t low = 0, high = tr->n_words - 1;
+    while (low < high) {
+        int32_t mid = low + (high - low + 1) / 2;
+        if (tr->word_start[mid] <= i)
+            low = mid;
+        else
+            high = mid - 1;
+    }
+    return low;
+}
+
+/* The live symbol after i (before end), or -1. */
+static int32_t next_symbol(const bpe_trainer *tr, int32_t i, int32_t end) {
+    for (int32_t j = i + 1; j < end; j++)
+        if (tr->symbol[j] >= 0) return j;
+    return -1;
+}
+
+/* The live symbol before i (from start), or -1. */
+static int32_t prev_symbol(const bpe_trainer *tr, int32_t i, int32_t start) {
+    for (int32_t j = i - 1; j >= start; j--)
+        if (tr->symbol[j] >= 0) return j;
+    return -1;
+}
+
 /* Replaces every occurrence of pair `index` by token new_id, left to right
  * within each chunk, updating the counts of the neighbouring pairs. */
 static dt_status bpe_merge(bpe_trainer *tr, int64_t index, int32_t new_id) {
@@ -479,10 +548,12 @@ static dt_status bpe_merge(bpe_trainer *tr, int64_t index, int32_t new_id) {
     for (int32_t k = 0; k < n_positions && status == DT_OK; k++) {
         int32_t i = positions[k];
         if (k > 0 && positions[k - 1] == i) continue;
-        int32_t j = tr->next[i];
-        if (tr->symbol[i] != left || j < 0 || tr->symbol[j] != right) continue; /* stale */
-        int64_t weight = tr->word_count[tr->word[i]];
-        int32_t before = tr->prev[i], after = tr->next[j];
+        if (tr->symbol[i] != left) continue; /* stale */
+        const int32_t w = word_of(tr, i), start = tr->word_start[w], end = tr->word_start[w + 1];
+        int32_t j = next_symbol(tr, i, end);
+        if (j < 0 || tr->symbol[j] != right) continue; /* stale */
+        int64_t weight = tr->word_count[w];
+        int32_t before = prev_symbol(tr, i, start), after = next_symbol(tr, j, end);
         if (before >= 0) {
             status = pair_add(tr, tr->symbol[before], left, -weight, 0, 0);
             if (status == DT_OK) status = pair_add(tr, tr->symbol[before], new_id, weight, before, 1);
@@ -494,8 +565,6 @@ static dt_status bpe_merge(bpe_trainer *tr, int64_t index, int32_t new_id) {
         tr->pairs[index].count -= weight;
         tr->symbol[i] = new_id;
         tr->symbol[j] = -1;
-        tr->next[i] = after;
-        if (after >= 0) tr->prev[after] = i;
     }
     free(positions);
     tr->pairs[index].count = 0; /* every occurrence is gone */
@@ -519,10 +588,10 @@ dt_status data_tokenizer_train_bpe(data_tokenizer *tok, const uint8_t *text, siz
     int64_t target_merges = vocab_size - BYTE_VOCAB;
 
     bpe_trainer tr = {0};
-    word_table words = {calloc(1024, sizeof(word_entry)), 1024, 0};
+    word_table words = {0};
     int32_t(*merges)[2] = malloc((size_t)(target_merges > 0 ? target_merges : 1) * sizeof *merges);
     dt_status status = DT_OK;
-    if (!words.slots || !merges) {
+    if (!merges) {
         status = dt_errorf("out of memory for BPE training");
         goto done;
     }
@@ -534,44 +603,63 @@ dt_status data_tokenizer_train_bpe(data_tokenizer *tok, const uint8_t *text, siz
         offset += length;
     }
     if (status != DT_OK) goto done;
+    /* The index is done with: free it before the symbol arrays take its place. */
+    free(words.slots);
+    words.slots = NULL;
 
     /* 2. One linked list of symbols (bytes, to begin with) per distinct chunk. */
     int64_t n_symbols = 0;
-    for (size_t s = 0; s < words.capacity; s++)
-        n_symbols += words.slots[s].length;
+    for (size_t w = 0; w < words.n_words; w++)
+        n_symbols += words.length[w];
     if (n_symbols >= INT32_MAX) {
         status = dt_errorf("BPE training text has too many distinct words (%lld bytes of them)", (long long)n_symbols);
         goto done;
     }
     size_t symbols_size = (size_t)(n_symbols > 0 ? n_symbols : 1);
     tr.symbol = malloc(symbols_size * sizeof *tr.symbol);
-    tr.prev = malloc(symbols_size * sizeof *tr.prev);
-    tr.next = malloc(symbols_size * sizeof *tr.next);
-    tr.word = malloc(symbols_size * sizeof *tr.word);
-    tr.word_count = malloc((words.count > 0 ? words.count : 1) * sizeof *tr.word_count);
-    if (!tr.symbol || !tr.prev || !tr.next || !tr.word || !tr.word_count ||
-        pair_map_init(&tr.pair_index, (size_t)n_symbols / 4) != DT_OK) {
+    tr.word_start = malloc((words.n_words + 1) * sizeof *tr.word_start);
+    tr.n_words = (int32_t)words.n_words;
+    /* The counts move over as they are (the trainer frees them). */
+    tr.word_count = words.count;
+    words.count = NULL;
+    if (!tr.symbol || !tr.word_start ||
+        pair_map_init(&tr.pair_index, 1024) != DT_OK) { /* grows with the pairs: far fewer than symbols */
         status = dt_errorf("out of memory for BPE training on %lld distinct bytes", (long long)n_symbols);
         goto done;
     }
-    int32_t cursor = 0, n_words = 0;
-    for (size_t s = 0; s < words.capacity && status == DT_OK; s++) {
-        const word_entry *entry = &words.slots[s];
-        if (entry->count == 0) continue;
-        tr.word_count[n_words] = entry->count;
-        for (int32_t k = 0; k < entry->length; k++) {
+    /* Two passes, so that every position list is allocated at its exact size
+     * (grown by doubling they held up to twice the positions): the first
+     * counts each pair's occurrences (weighted) and positions, the second fills. */
+    int32_t cursor = 0;
+    for (size_t w = 0; w < words.n_words && status == DT_OK; w++) {
+        const int32_t length = words.length[w];
+        const size_t offset = words.offset[w];
+        tr.word_start[w] = cursor;
+        for (int32_t k = 0; k < length && status == DT_OK; k++) {
             int32_t i = cursor + k;
-            tr.symbol[i] = text[entry->offset + (size_t)k];
-            tr.prev[i] = k > 0 ? i - 1 : -1;
-            tr.next[i] = k + 1 < entry->length ? i + 1 : -1;
-            tr.word[i] = n_words;
-            if (k > 0) status = pair_add(&tr, tr.symbol[i - 1], tr.symbol[i], entry->count, i - 1, 0);
+            tr.symbol[i] = text[offset + (size_t)k];
+            if (k == 0) continue;
+            int64_t index = pair_get(&tr, tr.symbol[i - 1], tr.symbol[i]);
+            if (index < 0) {
+                status = dt_errorf("out of memory in the BPE pair table");
+                break;
+            }
+            tr.pairs[index].count += tr.word_count[w];
+            tr.pairs[index].cap_positions++; /* a count until the lists are allocated */
         }
-        cursor += entry->length;
-        n_words++;
+        cursor += length;
     }
-    free(words.slots);
-    words.slots = NULL;
+    tr.word_start[words.n_words] = cursor;
+    word_table_free(&words);
+    for (int64_t p = 0; p < tr.n_pairs && status == DT_OK; p++) {
+        tr.pairs[p].positions = malloc((size_t)tr.pairs[p].cap_positions * sizeof *tr.pairs[p].positions);
+        if (!tr.pairs[p].positions) status = dt_errorf("out of memory in the BPE position lists");
+    }
+    for (int32_t w = 0; w < tr.n_words && status == DT_OK; w++)
+        for (int32_t i = tr.word_start[w] + 1; i < tr.word_start[w + 1]; i++) {
+            bpe_pair *pair = &tr.pairs[pair_map_find(&tr.pair_index, pair_key(tr.symbol[i - 1], tr.symbol[i]))];
+            pair->positions[pair->n_positions++] = i - 1;
+        }
     if (status != DT_OK) goto done;
 
     /* 3. Every pair into the max-heap, then merge until the vocabulary is full. */
@@ -594,7 +682,7 @@ dt_status data_tokenizer_train_bpe(data_tokenizer *tok, const uint8_t *text, siz
     if (status == DT_OK) status = tokenizer_from_merges(tok, TOKENIZER_BPE, (const int32_t(*)[2])merges, n_merges);
 
 done:
-    free(words.slots);
+    word_table_free(&words);
     free(merges);
     bpe_trainer_free(&tr);
     return status;

@@ -37,31 +37,37 @@ static dt_status write_split(hid_t file, const char *name, const int32_t *tokens
     return rc < 0 ? dt_errorf("cannot write dataset '%s' (%lld tokens)", name, (long long)n) : DT_OK;
 }
 
+typedef struct token_file_parts {
+    const data_tokenizer *tok;
+    const int32_t *train;
+    int64_t n_train;
+    const int32_t *val;
+    int64_t n_val;
+    const char *source;
+} token_file_parts;
+
+static dt_status write_token_file(hid_t file, const void *ctx) {
+    const token_file_parts *p = ctx;
+    hid_t file_type = p->tok->vocab_size <= 65536 ? H5T_STD_U16LE : H5T_STD_U32LE;
+    dt_status status = h5_write_attr_string(file, "format", "dbranch-tokens");
+    if (status == DT_OK) status = data_tokenizer_write_h5(p->tok, file);
+    if (status == DT_OK)
+        status = h5_write_attr_string(file, "source", p->source && p->source[0] ? p->source : "unknown");
+    if (status == DT_OK) status = write_split(file, "/train", p->train, p->n_train, file_type);
+    if (status == DT_OK) status = write_split(file, "/val", p->val, p->n_val, file_type);
+    return status;
+}
+
 dt_status data_tokens_write(const char *path, const data_tokenizer *tok, const int32_t *train, int64_t n_train,
                             const int32_t *val, int64_t n_val, const char *source) {
     if (!tok || !tok->token_length) return dt_errorf("%s: tokenizer is not initialised", path);
-    char tmp_path[4096 + 8];
     if (strlen(path) >= 4096) return dt_errorf("token file path is too long (%zu bytes)", strlen(path));
-    snprintf(tmp_path, sizeof tmp_path, "%s.tmp", path);
     if (check_tokens(train, n_train, tok->vocab_size, "/train") != DT_OK ||
         check_tokens(val, n_val, tok->vocab_size, "/val") != DT_OK)
         return dt_error_context("%s", path);
 
-    hid_t file = -1;
-    if (h5_create(tmp_path, &file) != DT_OK) return DT_ERR;
-    hid_t file_type = tok->vocab_size <= 65536 ? H5T_STD_U16LE : H5T_STD_U32LE;
-    dt_status status = h5_write_attr_string(file, "format", "dbranch-tokens");
-    if (status == DT_OK) status = data_tokenizer_write_h5(tok, file);
-    if (status == DT_OK) status = h5_write_attr_string(file, "source", source && source[0] ? source : "unknown");
-    if (status == DT_OK) status = write_split(file, "/train", train, n_train, file_type);
-    if (status == DT_OK) status = write_split(file, "/val", val, n_val, file_type);
-    if (h5_close(file, tmp_path) != DT_OK) status = DT_ERR;
-    if (status == DT_OK && rename(tmp_path, path) != 0) status = dt_errorf("cannot rename %s to %s", tmp_path, path);
-    if (status != DT_OK) {
-        remove(tmp_path);
-        return dt_error_context("%s", path);
-    }
-    return DT_OK;
+    const token_file_parts parts = {tok, train, n_train, val, n_val, source};
+    return h5_write_file(path, write_token_file, &parts);
 }
 
 void data_tokens_close(data_tokens *tokens) {
@@ -98,6 +104,8 @@ static dt_status open_split(data_tokens *tokens, int s) {
     return DT_OK;
 }
 
+static dt_status scan_splits(data_tokens *tokens);
+
 dt_status data_tokens_open(data_tokens *tokens, const char *path) {
     memset(tokens, 0, sizeof *tokens);
     tokens->file = tokens->split_dataset[0] = tokens->split_dataset[1] = H5I_INVALID_HID;
@@ -128,10 +136,15 @@ dt_status data_tokens_open(data_tokens *tokens, const char *path) {
         data_tokens_close(tokens);
         return dt_error_context("%s", path);
     }
+    if (scan_splits(tokens) != DT_OK) { /* names the file itself */
+        data_tokens_close(tokens);
+        return DT_ERR;
+    }
     return DT_OK;
 }
 
-dt_status data_tokens_read(data_tokens *tokens, data_split split, int64_t start, int64_t count, int32_t *out) {
+/* out[count] = split[start .. start + count) as stored (uint32 values in int32 slots), unchecked. */
+static dt_status read_raw(data_tokens *tokens, data_split split, int64_t start, int64_t count, int32_t *out) {
     if (split != SPLIT_TRAIN && split != SPLIT_VAL) return dt_errorf("%s: unknown split %d", tokens->path, (int)split);
     const char *name = split_names[split];
     int64_t length = tokens->split_length[split];
@@ -164,12 +177,43 @@ dt_status data_tokens_read(data_tokens *tokens, data_split split, int64_t start,
             memcpy(&token, (const uint8_t *)out + 2 * i, sizeof token);
             out[i] = token;
         }
+    return DT_OK;
+}
+
+/* Every token of out[count] (read from split at start) is < vocab_size, or an error naming the first that is not. */
+static dt_status check_range(const data_tokens *tokens, data_split split, int64_t start, int64_t count,
+                             const int32_t *out, const char *when) {
     for (int64_t i = 0; i < count; i++) {
         uint32_t token;
         memcpy(&token, &out[i], sizeof token); /* as stored: a uint32 above INT32_MAX stays visible */
         if ((int64_t)token >= tokens->vocab_size)
-            return dt_errorf("%s: token %u at %s[%lld] is >= vocab_size %lld", tokens->path, token, name,
-                             (long long)(start + i), (long long)tokens->vocab_size);
+            return dt_errorf("%s: token %u at %s[%lld] is >= vocab_size %lld%s", tokens->path, token,
+                             split_names[split], (long long)(start + i), (long long)tokens->vocab_size, when);
     }
     return DT_OK;
+}
+
+/* Checks every token of both splits once, at open, in chunks (files larger
+ * than memory work): an out-of-range id is found before a run starts, not
+ * hours in when a window happens to hold it. */
+static dt_status scan_splits(data_tokens *tokens) {
+    enum { CHUNK = 1 << 20 };
+    int32_t *buffer = malloc(CHUNK * sizeof *buffer);
+    if (!buffer) return dt_errorf("%s: out of memory checking the tokens", tokens->path);
+    dt_status status = DT_OK;
+    for (int s = 0; s < 2 && status == DT_OK; s++)
+        for (int64_t start = 0; start < tokens->split_length[s] && status == DT_OK; start += CHUNK) {
+            int64_t count = tokens->split_length[s] - start < CHUNK ? tokens->split_length[s] - start : CHUNK;
+            status = read_raw(tokens, (data_split)s, start, count, buffer);
+            if (status == DT_OK)
+                status = check_range(tokens, (data_split)s, start, count, buffer, " (found when the file was opened)");
+        }
+    free(buffer);
+    return status;
+}
+
+dt_status data_tokens_read(data_tokens *tokens, data_split split, int64_t start, int64_t count, int32_t *out) {
+    if (read_raw(tokens, split, start, count, out) != DT_OK) return DT_ERR;
+    /* Cheap next to the read, and it keeps a file changed after opening from reaching the model. */
+    return check_range(tokens, split, start, count, out, "");
 }

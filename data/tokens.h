@@ -26,7 +26,8 @@ typedef struct data_tokens {
 dt_status data_tokens_write(const char *path, const data_tokenizer *tok, const int32_t *train, int64_t n_train,
                             const int32_t *val, int64_t n_val, const char *source);
 
-/* Opens and validates (format attribute, both splits, vocab, token ids < vocab_size is checked on read). */
+/* Opens and validates: format attribute, both splits, the tokenizer, and every token id < vocab_size
+ * (scanned once here, in chunks, so a bad id is an error before a run starts; reads check again). */
 dt_status data_tokens_open(data_tokens *tokens, const char *path);
 void data_tokens_close(data_tokens *tokens);
 /* out[count] = split[start .. start + count) ; a token >= vocab_size is an error naming the file. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/topk.h"
+#include "models/model_budget.h"
 
 eval_generate_options eval_generate_default_options(void) {
     return (eval_generate_options){
@@ -14,8 +15,8 @@ eval_generate_options eval_generate_default_options(void) {
 }
 
 // probs [V]; index, weight [V] scratch
-int32_t eval_sample(const float *probs, int64_t V, double temperature, int64_t top_k, dt_rng *rng,
-                    int32_t *index, float *weight) {
+int32_t eval_sample(const float *probs, int64_t V, double temperature, int64_t top_k, dt_rng *rng, int32_t *index,
+                    float *weight) {
     if (temperature <= 0.0) { /* greedy: first maximum, so ties go to the lower id */
         int32_t best = 0;
         for (int64_t v = 1; v < V; v++)
@@ -72,6 +73,8 @@ dt_status eval_generate(const model *m, const int32_t *prompt, int64_t n_prompt,
     int64_t keep = block / 2 > 0 ? block / 2 : 1; /* context kept when the cache is full */
     int64_t n_history = n_prompt + o->n_tokens;
 
+    /* The KV cache of block_size positions on top of the loaded weights. */
+    if (model_budget_check(&m->config, MODEL_USE_DECODE, 1, block, 1) != DT_OK) return DT_ERR;
     eval_decode_session s;
     if (eval_decode_init(&s, m, o->mode, n_prompt > keep ? n_prompt : keep) != DT_OK) return DT_ERR;
     float *probs = malloc((size_t)V * sizeof(float)), *weight = malloc((size_t)V * sizeof(float));

@@ -7,11 +7,13 @@
  * explain is an error. Errors name the file and the key or dataset. */
 #include "models/model_io.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/h5.h"
+#include "models/model_budget.h"
 
 /* FNV-1a, 64-bit: simple, dependency-free, and every flipped bit changes it. */
 uint64_t model_checksum(const void *data, size_t bytes) {
@@ -177,11 +179,59 @@ static dt_status read_param(hid_t params, const model_param *p, const char *path
     return DT_OK;
 }
 
+/* Sums the values of every dataset directly under /params (H5Literate callback). */
+static herr_t add_dataset_size(hid_t group, const char *name, const H5L_info_t *info, void *data) {
+    (void)info;
+    H5O_info_t object;
+    if (H5Oget_info_by_name(group, name, &object, H5P_DEFAULT) < 0 || object.type != H5O_TYPE_DATASET) return 0;
+    hid_t dset = H5Dopen2(group, name, H5P_DEFAULT);
+    hid_t space = dset >= 0 ? H5Dget_space(dset) : -1;
+    hssize_t n = space >= 0 ? H5Sget_simple_extent_npoints(space) : 0;
+    if (space >= 0) H5Sclose(space);
+    if (dset >= 0) H5Dclose(dset);
+    *(double *)data += n > 0 ? (double)n : 0.0;
+    return 0;
+}
+
+/* Before anything is allocated: a /config describing far more parameters than
+ * /params holds (vocab_size = 2^31 in a small file) would otherwise make the
+ * loader allocate for it first; and the model must fit the memory budget. A
+ * small excess (up to 2^20 values, 4 MiB) is let through so that the shape
+ * check that follows can name the tensor that differs. */
+static dt_status check_params_fit_config(hid_t file, const model_config *config, const char *path) {
+    double stored = 0.0;
+    hid_t params = h5_exists(file, "params") ? H5Gopen2(file, "params", H5P_DEFAULT) : -1;
+    if (params < 0) return dt_errorf("%s: no /params group", path);
+    hsize_t index = 0;
+    herr_t rc = H5Literate(params, H5_INDEX_NAME, H5_ITER_NATIVE, &index, add_dataset_size, &stored);
+    H5Gclose(params);
+    if (rc < 0) return dt_errorf("%s: cannot list /params", path);
+    const double wanted = model_config_param_count(config);
+    if (wanted > stored + (double)(1 << 20))
+        return dt_errorf("%s: /config describes %.0f parameter values but /params holds only %.0f (the file's "
+                         "/config does not match its /params)",
+                         path, wanted, stored);
+    if (model_budget_check(config, MODEL_USE_WEIGHTS, 1, 0, 0) != DT_OK) return dt_error_context("%s", path);
+    return DT_OK;
+}
+
+/* A NaN or Inf weight is refused at load, naming the tensor: eval would
+ * print "loss nan", generate would emit garbage, resume would train on it. */
+static dt_status check_finite(const model_param *p, const char *path) {
+    const float *x = dt_f32(p->tensor);
+    for (int64_t i = 0; i < p->tensor->size; i++)
+        if (!isfinite(x[i]))
+            return dt_errorf("%s: /params/%s holds a non-finite value (%g at index %lld)", path, p->name, (double)x[i],
+                             (long long)i);
+    return DT_OK;
+}
+
 dt_status model_read_h5(model *m, hid_t file, const char *path_for_errors) {
     const char *path = path_for_errors ? path_for_errors : "(model file)";
     memset(m, 0, sizeof *m);
     model_config config;
     if (model_read_config_h5(file, path, &config) != DT_OK) return DT_ERR;
+    if (check_params_fit_config(file, &config, path) != DT_OK) return DT_ERR;
     if (model_create(m, &config) != DT_OK) return dt_error_context("%s", path);
 
     dt_status status = DT_OK;
@@ -189,8 +239,10 @@ dt_status model_read_h5(model *m, hid_t file, const char *path_for_errors) {
     if (!h5_exists(file, "params") || (params = H5Gopen2(file, "params", H5P_DEFAULT)) < 0) {
         status = dt_errorf("%s: no /params group", path);
     } else {
-        for (int i = 0; i < m->n_params && status == DT_OK; i++)
+        for (int i = 0; i < m->n_params && status == DT_OK; i++) {
             status = read_param(params, &m->params[i], path);
+            if (status == DT_OK) status = check_finite(&m->params[i], path);
+        }
         if (status == DT_OK) {
             params_scan scan = {m, {0}};
             hsize_t index = 0;
@@ -206,23 +258,10 @@ dt_status model_read_h5(model *m, hid_t file, const char *path_for_errors) {
     return status;
 }
 
-dt_status model_save(const model *m, const char *path) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return dt_errorf("%s: path too long", path);
-    hid_t file;
-    if (h5_create(tmp, &file) != DT_OK) return DT_ERR;
-    dt_status status = model_write_h5(m, file);
-    if (status != DT_OK) {
-        dt_error_context("%s", tmp);
-        H5Fclose(file);
-    } else {
-        status = h5_close(file, tmp);
-    }
-    /* Renaming only a complete file means a crash mid-save never leaves a half-written PATH. */
-    if (status == DT_OK && rename(tmp, path) != 0) status = dt_errorf("%s: cannot rename %s over it", path, tmp);
-    if (status != DT_OK) remove(tmp);
-    return status;
-}
+static dt_status write_model_file(hid_t file, const void *m) { return model_write_h5(m, file); }
+
+/* Through core/h5's checked writer: PATH.tmp, fsync, rename; a crash mid-save never leaves a half-written PATH. */
+dt_status model_save(const model *m, const char *path) { return h5_write_file(path, write_model_file, m); }
 
 dt_status model_check_format_h5(hid_t file, const char *path_for_errors) {
     const char *path = path_for_errors ? path_for_errors : "(model file)";

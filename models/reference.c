@@ -5,7 +5,12 @@
  *   logits_primary, logits_branch, alpha: max |err| <= 1e-4 max |expected|
  *   grads/<name>: max |err| <= 1e-4 max(max |expected|, 0.1 max over the whole model's expected grads)
  * A parameter without a /ref/grads entry, or an entry naming no parameter, is
- * a failing line. */
+ * a failing line. The checker never passes what it cannot compare: a quantity
+ * the model produces whose /ref dataset is missing (/ref/loss, /ref/grads, the
+ * branch and MoE quantities of those kinds), an expected value that is not
+ * finite, or a non-finite value of our own, is a failing line naming the
+ * dataset (add_line also refuses any non-finite error or scale, since
+ * inf <= tol * inf would otherwise pass). */
 #include "models/reference.h"
 
 #include <hdf5.h>
@@ -34,8 +39,8 @@ static dt_status add_line(model_reference_report *report, const char *name, doub
     line->max_abs_error = max_abs_error;
     line->scale = scale;
     line->tolerance = tolerance;
-    /* Written so that NaN errors fail. */
-    line->pass = !note && max_abs_error <= tolerance * scale;
+    /* Written so that NaN errors fail; an infinite scale would pass anything. */
+    line->pass = !note && isfinite(max_abs_error) && isfinite(scale) && max_abs_error <= tolerance * scale;
     if (!line->pass) report->n_failed++;
     return DT_OK;
 }
@@ -50,9 +55,43 @@ static double max_abs_difference(const float *got, const double *expected, int64
     return worst;
 }
 
+static int all_finite_f64(const double *values, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(values[i])) return 0;
+    return 1;
+}
+
+static int all_finite_f32(const float *values, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(values[i])) return 0;
+    return 1;
+}
+
+/* The failing line's note when expected [n] or got [n] cannot be compared, else NULL. */
+static const char *uncomparable(const char *path, const double *expected, const float *got, int64_t n, char *note,
+                                size_t size) {
+    if (!all_finite_f64(expected, n)) {
+        snprintf(note, size, "%s holds a non-finite expected value", path);
+        return note;
+    }
+    if (got && !all_finite_f32(got, n)) {
+        snprintf(note, size, "our value for %s is not finite", path);
+        return note;
+    }
+    return NULL;
+}
+
+/* A quantity the model produces whose /ref dataset is missing: a failing line. */
+static dt_status missing_dataset(model_reference_report *report, const char *name, const char *path, double tolerance) {
+    char note[200];
+    snprintf(note, sizeof note, "missing %s, which this model kind requires", path);
+    return add_line(report, name, INFINITY, 0.0, tolerance, note);
+}
+
 static double max_abs(const double *values, int64_t n) {
     double largest = 0.0;
-    for (int64_t i = 0; i < n; i++) largest = fmax(largest, fabs(values[i]));
+    for (int64_t i = 0; i < n; i++)
+        largest = fmax(largest, fabs(values[i]));
     return largest;
 }
 
@@ -60,25 +99,29 @@ static double max_abs(const double *values, int64_t n) {
 static dt_status compare_scalar(model_reference_report *report, hid_t file, const char *name, const dt_tensor *got) {
     char path[160];
     snprintf(path, sizeof path, "/ref/%s", name);
-    if (!h5_exists(file, path)) return DT_OK;
+    if (!h5_exists(file, path)) return got ? missing_dataset(report, name, path, LOSS_TOLERANCE) : DT_OK;
     double expected = 0.0;
     if (h5_read_scalar(file, path, &expected) != DT_OK) return DT_ERR;
     if (!got) return add_line(report, name, INFINITY, fabs(expected), LOSS_TOLERANCE, "the model does not produce it");
-    return add_line(report, name, fabs((double)dt_f32(got)[0] - expected), fabs(expected), LOSS_TOLERANCE, NULL);
+    char note[200];
+    return add_line(report, name, fabs((double)dt_f32(got)[0] - expected), fabs(expected), LOSS_TOLERANCE,
+                    uncomparable(path, &expected, dt_f32(got), 1, note, sizeof note));
 }
 
 /* /ref/<name> of got's shape against got (NULL: the model does not produce it). */
 static dt_status compare_tensor(model_reference_report *report, hid_t file, const char *name, const dt_tensor *got) {
     char path[160];
     snprintf(path, sizeof path, "/ref/%s", name);
-    if (!h5_exists(file, path)) return DT_OK;
+    if (!h5_exists(file, path)) return got ? missing_dataset(report, name, path, TENSOR_TOLERANCE) : DT_OK;
     if (!got) return add_line(report, name, INFINITY, 0.0, TENSOR_TOLERANCE, "the model does not produce it");
     double *expected = malloc((size_t)got->size * sizeof *expected);
     if (!expected) return dt_errorf("check-reference: out of memory");
     dt_status status = h5_read_f64(file, path, expected, got->ndim, got->shape);
+    char note[200];
     if (status == DT_OK)
-        status = add_line(report, name, max_abs_difference(dt_f32(got), expected, got->size),
-                          max_abs(expected, got->size), TENSOR_TOLERANCE, NULL);
+        status =
+            add_line(report, name, max_abs_difference(dt_f32(got), expected, got->size), max_abs(expected, got->size),
+                     TENSOR_TOLERANCE, uncomparable(path, expected, dt_f32(got), got->size, note, sizeof note));
     free(expected);
     return status;
 }
@@ -113,12 +156,12 @@ static dt_status list_grad_entries(hid_t file, char ***names, int *n_names) {
 
 /* Every parameter's gradient against /ref/grads, with the model-wide floor on the scale. */
 static dt_status compare_grads(model_reference_report *report, hid_t file, const model *m) {
-    if (!h5_exists(file, "/ref/grads")) return DT_OK;
+    if (!h5_exists(file, "/ref/grads")) return missing_dataset(report, "grads", "/ref/grads", TENSOR_TOLERANCE);
     char **entries = NULL;
     int n_entries = 0;
     double **expected = calloc((size_t)m->n_params, sizeof *expected); // per parameter, NULL when absent
-    dt_status status = expected ? list_grad_entries(file, &entries, &n_entries)
-                                : dt_errorf("check-reference: out of memory");
+    dt_status status =
+        expected ? list_grad_entries(file, &entries, &n_entries) : dt_errorf("check-reference: out of memory");
     double largest_in_model = 0.0;
     for (int i = 0; status == DT_OK && i < m->n_params; i++) {
         const dt_tensor *param = m->params[i].tensor;
@@ -148,7 +191,10 @@ static dt_status compare_grads(model_reference_report *report, hid_t file, const
         } else { /* no gradient reached it: compare zeros */
             error = max_abs(expected[i], param->size);
         }
-        status = add_line(report, name, error, scale, TENSOR_TOLERANCE, NULL);
+        char path[160], note[200];
+        snprintf(path, sizeof path, "/ref/grads/%s", m->params[i].name);
+        status = add_line(report, name, error, scale, TENSOR_TOLERANCE,
+                          uncomparable(path, expected[i], param->grad, param->size, note, sizeof note));
     }
     for (int j = 0; status == DT_OK && j < n_entries; j++) {
         if (model_find_param(m, entries[j])) continue;
@@ -156,9 +202,11 @@ static dt_status compare_grads(model_reference_report *report, hid_t file, const
         snprintf(name, sizeof name, "grad %s", entries[j]);
         status = add_line(report, name, INFINITY, 0.0, TENSOR_TOLERANCE, "no such parameter in the model");
     }
-    for (int j = 0; j < n_entries; j++) free(entries[j]);
+    for (int j = 0; j < n_entries; j++)
+        free(entries[j]);
     free(entries);
-    for (int i = 0; expected && i < m->n_params; i++) free(expected[i]);
+    for (int i = 0; expected && i < m->n_params; i++)
+        free(expected[i]);
     free(expected);
     return status;
 }
@@ -236,10 +284,11 @@ void model_reference_report_free(model_reference_report *report) {
 }
 
 const char *model_reference_line_format(const model_reference_line *line, char *buf, int buf_size) {
-    double relative = line->scale > 0.0 ? line->max_abs_error / line->scale : (line->max_abs_error == 0.0 ? 0.0 : INFINITY);
-    int n = snprintf(buf, (size_t)buf_size, "%-40s max_abs_err %.3e  scale %.3e  rel_err %.3e  (tol %.0e)  %s",
-                     line->name, line->max_abs_error, line->scale, relative, line->tolerance,
-                     line->pass ? "PASS" : "FAIL");
+    double relative =
+        line->scale > 0.0 ? line->max_abs_error / line->scale : (line->max_abs_error == 0.0 ? 0.0 : INFINITY);
+    int n =
+        snprintf(buf, (size_t)buf_size, "%-40s max_abs_err %.3e  scale %.3e  rel_err %.3e  (tol %.0e)  %s", line->name,
+                 line->max_abs_error, line->scale, relative, line->tolerance, line->pass ? "PASS" : "FAIL");
     if (line->note[0] && n >= 0 && n < buf_size) snprintf(buf + n, (size_t)(buf_size - n), "  (%s)", line->note);
     return buf;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package dbranch needs (idempotent). Run as root on a
 # fresh Debian 12 machine; as another user it prints the command to run.
+# Usage: scripts/setup.sh [--fuzz]
 set -euo pipefail
 
 packages=(
@@ -13,6 +14,11 @@ packages=(
   python3                                   # the pycode corpus: the installed standard library sources
   gnuplot-nox                               # experiment plots
 )
+
+# --fuzz (CI): also clang and libFuzzer's runtime for tests/fuzz (not needed to build or test).
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang-14 libclang-rt-14-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

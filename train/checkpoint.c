@@ -166,32 +166,28 @@ static dt_status write_state(hid_t file, const train_state *state, const train_c
     return status;
 }
 
+typedef struct checkpoint_parts {
+    const model *m;
+    const optimizer *opt;
+    const train_state *state;
+    const train_config *run;
+} checkpoint_parts;
+
+static dt_status write_checkpoint(hid_t file, const void *ctx) {
+    const checkpoint_parts *parts = ctx;
+    if (model_write_h5(parts->m, file) != DT_OK || write_optim(file, parts->opt) != DT_OK ||
+        write_state(file, parts->state, parts->run) != DT_OK)
+        return DT_ERR;
+    return DT_OK;
+}
+
 dt_status train_checkpoint_save(const char *path, const model *m, const optimizer *opt, const train_state *state,
                                 const train_config *run) {
     const char *bad = NULL;
     if (!train_model_is_finite(m, &bad))
         return dt_errorf("%s: checkpoint not written: parameter '%s' holds a non-finite value", path, bad);
-    size_t n = strlen(path) + 5;
-    char *tmp = malloc(n);
-    if (!tmp) return dt_errorf("%s: out of memory", path);
-    snprintf(tmp, n, "%s.tmp", path);
-    hid_t file;
-    if (h5_create(tmp, &file) != DT_OK) {
-        free(tmp);
-        return DT_ERR;
-    }
-    dt_status status = model_write_h5(m, file);
-    if (status == DT_OK) status = write_optim(file, opt);
-    if (status == DT_OK) status = write_state(file, state, run);
-    if (h5_close(file, tmp) != DT_OK) status = DT_ERR;
-    if (status == DT_OK && rename(tmp, path) != 0) status = dt_errorf("cannot rename %s to %s", tmp, path);
-    if (status != DT_OK) {
-        unlink(tmp);
-        free(tmp);
-        return dt_error_context("%s", path);
-    }
-    free(tmp);
-    return DT_OK;
+    const checkpoint_parts parts = {m, opt, state, run};
+    return h5_write_file(path, write_checkpoint, &parts);
 }
 
 /* ---- reading ---- */
@@ -223,7 +219,7 @@ static dt_status read_string_attr(hid_t loc, const char *name, char **out) {
     return status;
 }
 
-static dt_status read_rng(hid_t group, const char *prefix, dt_rng *rng) {
+static dt_status read_rng(hid_t group, const char *prefix, dt_rng *rng, int64_t *raw_has_spare) {
     char name[64];
     int64_t has_spare = 0;
     snprintf(name, sizeof name, "%s_rng", prefix);
@@ -232,7 +228,8 @@ static dt_status read_rng(hid_t group, const char *prefix, dt_rng *rng) {
         return DT_ERR;
     snprintf(name, sizeof name, "%s_has_spare", prefix);
     if (h5_read_attr_int(group, name, &has_spare) != DT_OK) return DT_ERR;
-    rng->has_spare = (int)has_spare;
+    *raw_has_spare = has_spare;
+    rng->has_spare = has_spare == 1;
     snprintf(name, sizeof name, "%s_spare", prefix);
     return h5_read_attr_double(group, name, &rng->spare);
 }
@@ -245,6 +242,41 @@ static dt_status open_group(hid_t file, const char *name, hid_t *group) {
     return DT_OK;
 }
 
+/* A training state is trusted only when it makes sense: counts are
+ * non-negative and far inside int64, every step consumed at least one token
+ * and drew at least one window, the RNG states are live (all-zero xoshiro
+ * never leaves zero) with 0/1 flags and finite spares, and the config's
+ * checksum is present. A doctored or foreign /train would otherwise run (and
+ * "finish") silently. Errors name the attribute. */
+static const int64_t max_count = INT64_C(1) << 50; /* ~1e15 tokens: beyond any run this code can make */
+
+static dt_status validate_rng(const dt_rng *rng, const char *prefix) {
+    if (!(rng->s[0] | rng->s[1] | rng->s[2] | rng->s[3]))
+        return dt_errorf("'%s_rng' is all zeros (not a generator state)", prefix);
+    if (!isfinite(rng->spare)) return dt_errorf("'%s_spare' = %g is not finite", prefix, rng->spare);
+    return DT_OK;
+}
+
+static dt_status validate_state(const train_state *s, int64_t has_spare[2], int64_t windows) {
+    if (s->step < 0 || s->step > max_count) return dt_errorf("'step' = %lld is outside [0, 2^50]", (long long)s->step);
+    if (s->tokens_seen < 0 || s->tokens_seen > max_count)
+        return dt_errorf("'tokens_seen' = %lld is outside [0, 2^50]", (long long)s->tokens_seen);
+    if (s->tokens_seen < s->step)
+        return dt_errorf("'tokens_seen' = %lld is less than 'step' = %lld (every step trains on tokens)",
+                         (long long)s->tokens_seen, (long long)s->step);
+    if (windows < s->step || windows > max_count)
+        return dt_errorf("'windows_drawn' = %lld is outside [step = %lld, 2^50]", (long long)windows,
+                         (long long)s->step);
+    if (!(s->elapsed_seconds >= 0.0 && isfinite(s->elapsed_seconds)))
+        return dt_errorf("'elapsed_seconds' = %g must be finite and >= 0", s->elapsed_seconds);
+    for (int i = 0; i < 2; i++)
+        if (has_spare[i] != 0 && has_spare[i] != 1)
+            return dt_errorf("'%s_has_spare' = %lld must be 0 or 1", i ? "trainer" : "loader", (long long)has_spare[i]);
+    if (validate_rng(&s->loader_rng, "loader") != DT_OK || validate_rng(&s->trainer_rng, "trainer") != DT_OK)
+        return DT_ERR;
+    return DT_OK;
+}
+
 dt_status train_checkpoint_read_state(const char *path, train_state *state, char **config_text) {
     hid_t file, group = -1;
     if (h5_open(path, 0, &file) != DT_OK) return DT_ERR;
@@ -253,22 +285,24 @@ dt_status train_checkpoint_read_state(const char *path, train_state *state, char
         return dt_error_context("%s", path);
     }
     memset(state, 0, sizeof *state);
-    int64_t windows = 0;
+    int64_t windows = 0, has_spare[2] = {0, 0};
     dt_status status = DT_OK;
     if (h5_read_attr_int(group, "step", &state->step) != DT_OK ||
         h5_read_attr_int(group, "tokens_seen", &state->tokens_seen) != DT_OK ||
         h5_read_attr_double(group, "elapsed_seconds", &state->elapsed_seconds) != DT_OK ||
         h5_read_attr_int(group, "windows_drawn", &windows) != DT_OK ||
-        read_rng(group, "loader", &state->loader_rng) != DT_OK ||
-        read_rng(group, "trainer", &state->trainer_rng) != DT_OK)
+        read_rng(group, "loader", &state->loader_rng, &has_spare[0]) != DT_OK ||
+        read_rng(group, "trainer", &state->trainer_rng, &has_spare[1]) != DT_OK ||
+        validate_state(state, has_spare, windows) != DT_OK)
         status = DT_ERR;
+    if (status == DT_OK && !h5_has_attr(group, "config_checksum"))
+        status = dt_errorf("missing attribute 'config_checksum' (the stored config cannot be verified)");
     state->windows_drawn = (uint64_t)windows;
     if (status == DT_OK && config_text) {
         status = read_string_attr(group, "config", config_text);
         int64_t stored = 0;
-        if (status == DT_OK && h5_has_attr(group, "config_checksum") &&
-            (h5_read_attr_int(group, "config_checksum", &stored) != DT_OK ||
-             (uint64_t)stored != model_checksum(*config_text, strlen(*config_text)))) {
+        if (status == DT_OK && (h5_read_attr_int(group, "config_checksum", &stored) != DT_OK ||
+                                (uint64_t)stored != model_checksum(*config_text, strlen(*config_text)))) {
             free(*config_text);
             *config_text = NULL;
             status = dt_errorf("attribute 'config' does not match config_checksum (the file is corrupted)");

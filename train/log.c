@@ -1,28 +1,51 @@
 /* The JSON-lines log and the progress display (formats in log.h). */
 #include "train/log.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <string.h>
 #include <unistd.h>
 
 dt_status train_log_open(train_log *log, const char *path, int append, FILE *progress, int64_t print_every) {
     *log = (train_log){.progress = progress, .print_every = print_every > 0 ? print_every : 1, .first_step = -1};
     log->progress_is_tty = progress && isatty(fileno(progress));
     if (path) {
+        snprintf(log->path, sizeof log->path, "%s", path);
         log->file = fopen(path, append ? "a" : "w");
-        if (!log->file) return dt_errorf("%s: cannot open the log file for writing", path);
+        if (!log->file) return dt_errorf("%s: cannot open the log file for writing (%s)", path, strerror(errno));
     }
     return DT_OK;
 }
 
-void train_log_close(train_log *log) {
+/* The one check after every record: flushed whole, or an error naming the file. */
+static dt_status check_written(train_log *log) {
+    errno = 0;
+    if (fflush(log->file) != 0 || ferror(log->file)) {
+        int saved = errno;
+        log->failed = 1;
+        return dt_errorf("%s: cannot write the log (%s)", log->path, saved ? strerror(saved) : "write error");
+    }
+    return DT_OK;
+}
+
+dt_status train_log_close(train_log *log) {
     if (log->progress && log->line_open) {
         fputc('\n', log->progress);
         fflush(log->progress);
     }
-    if (log->file) fclose(log->file);
+    dt_status status = DT_OK;
+    if (log->file && log->failed) {
+        fclose(log->file);
+    } else if (log->file) {
+        status = check_written(log);
+        errno = 0;
+        if (fclose(log->file) != 0 && status == DT_OK)
+            status = dt_errorf("%s: cannot write the log (%s)", log->path, errno ? strerror(errno) : "close failed");
+    }
     log->file = NULL;
     log->line_open = 0;
+    return status;
 }
 
 /* JSON has no NaN: values that do not apply (or diverged) are null. */
@@ -87,7 +110,8 @@ static void print_progress(train_log *log, const train_step_record *r) {
     fflush(log->progress);
 }
 
-void train_log_step(train_log *log, const train_step_record *r) {
+dt_status train_log_step(train_log *log, const train_step_record *r) {
+    if (log->progress) print_progress(log, r);
     if (log->file) {
         FILE *f = log->file;
         fprintf(f, "{\"type\":\"step\",\"step\":%lld,\"tokens\":%lld", (long long)r->step, (long long)r->tokens);
@@ -101,12 +125,20 @@ void train_log_step(train_log *log, const train_step_record *r) {
         json_number(f, "tokens_per_s", r->tokens_per_s, "%.1f");
         json_number(f, "elapsed", r->elapsed, "%.3f");
         fputs("}\n", f);
-        fflush(f);
+        return check_written(log);
     }
-    if (log->progress) print_progress(log, r);
+    return DT_OK;
 }
 
-void train_log_eval(train_log *log, const train_eval_record *r) {
+dt_status train_log_eval(train_log *log, const train_eval_record *r) {
+    if (log->progress) {
+        char line[256];
+        int n = snprintf(line, sizeof line, "eval step %lld: val loss %.4f", (long long)r->step, r->loss);
+        if (isfinite(r->loss_branch))
+            snprintf(line + n, sizeof line - (size_t)n, " (primary %.4f, branch %.4f, alpha %.3f)", r->loss_primary,
+                     r->loss_branch, r->alpha);
+        train_log_message(log, "%s over %lld windows", line, (long long)r->windows);
+    }
     if (log->file) {
         FILE *f = log->file;
         fprintf(f, "{\"type\":\"eval\",\"step\":%lld,\"tokens\":%lld", (long long)r->step, (long long)r->tokens);
@@ -117,14 +149,7 @@ void train_log_eval(train_log *log, const train_eval_record *r) {
         fprintf(f, ",\"windows\":%lld", (long long)r->windows);
         json_number(f, "elapsed", r->elapsed, "%.3f");
         fputs("}\n", f);
-        fflush(f);
+        return check_written(log);
     }
-    if (log->progress) {
-        char line[256];
-        int n = snprintf(line, sizeof line, "eval step %lld: val loss %.4f", (long long)r->step, r->loss);
-        if (isfinite(r->loss_branch))
-            snprintf(line + n, sizeof line - (size_t)n, " (primary %.4f, branch %.4f, alpha %.3f)", r->loss_primary,
-                     r->loss_branch, r->alpha);
-        train_log_message(log, "%s over %lld windows", line, (long long)r->windows);
-    }
+    return DT_OK;
 }

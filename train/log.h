@@ -37,8 +37,10 @@ typedef struct train_eval_record {
 } train_eval_record;
 
 typedef struct train_log {
-    FILE *file;     /* JSON lines, or NULL */
-    FILE *progress; /* human progress, or NULL */
+    FILE *file;      /* JSON lines, or NULL */
+    char path[4096]; /* of file, for errors */
+    int failed;      /* a write already failed (and was reported) */
+    FILE *progress;  /* human progress, or NULL */
     int progress_is_tty;
     int64_t print_every; /* plain lines: every this many steps */
     int line_open;       /* a \r line is on screen and needs a newline before other output */
@@ -47,12 +49,17 @@ typedef struct train_log {
     double first_elapsed;
 } train_log;
 
-/* path may be NULL (no file); append = 1 continues an existing log (resume). */
+/* path may be NULL (no file); append = 1 continues an existing log (resume).
+ * Every write to the file is checked: a record that cannot be written whole
+ * and flushed (a full disk) is an error naming the file and errno's text, so
+ * a log is never silently truncated. */
 dt_status train_log_open(train_log *log, const char *path, int append, FILE *progress, int64_t print_every);
-void train_log_close(train_log *log);
+/* Closes the file (its fclose checked; after a reported write error it closes
+ * quietly, keeping that message); safe to call twice. */
+dt_status train_log_close(train_log *log);
 
-void train_log_step(train_log *log, const train_step_record *record);
-void train_log_eval(train_log *log, const train_eval_record *record);
+dt_status train_log_step(train_log *log, const train_step_record *record);
+dt_status train_log_eval(train_log *log, const train_eval_record *record);
 /* A plain line on the progress stream (closes a live line first). */
 void train_log_message(train_log *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -193,7 +193,9 @@ dt_status train_provenance_write(FILE *f, const train_provenance *p, const char 
             (long long)p->tokens_per_step);
     write_config(f, p->config_text ? p->config_text : "");
     fputs("}\n", f);
-    if (fflush(f) != 0 || ferror(f)) return dt_errorf("%s: cannot write the provenance record", where);
+    errno = 0;
+    if (fflush(f) != 0 || ferror(f))
+        return dt_errorf("%s: cannot write the provenance record (%s)", where, errno ? strerror(errno) : "write error");
     return DT_OK;
 }
 

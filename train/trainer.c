@@ -5,15 +5,19 @@
 #include "train/trainer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/gemm.h"
+#include "models/model_budget.h"
 #include "models/model_io.h"
 #include "train/provenance.h"
 
@@ -55,6 +59,39 @@ static dt_status make_dirs(const char *path) {
     return DT_OK;
 }
 
+/* One run per output directory: an exclusive flock on out_dir/train.lock,
+ * held until trainer_free (the kernel drops it when the process dies, so a
+ * killed run never leaves a stale lock). The file holds the holder's pid, so
+ * the refused run can name it. */
+static dt_status lock_out_dir(trainer *t, const char *out_dir) {
+    char path[TRAIN_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/train.lock", out_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return dt_errorf("%s: cannot create the lock file (%s)", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int busy = errno == EWOULDBLOCK;
+        char holder[32] = "";
+        ssize_t n = busy ? pread(fd, holder, sizeof holder - 1, 0) : -1;
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        int saved = errno;
+        close(fd);
+        if (busy)
+            return dt_errorf("%s: another dbranch train is using this directory (pid %s)", out_dir,
+                             holder[0] ? holder : "unknown");
+        return dt_errorf("%s: cannot lock (%s)", path, strerror(saved));
+    }
+    char pid[32];
+    int length = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)length, 0) != length) {
+        int saved = errno;
+        close(fd);
+        return dt_errorf("%s: cannot write (%s)", path, strerror(saved));
+    }
+    t->lock_fd = fd;
+    return DT_OK;
+}
+
 void trainer_describe_params(const model *m, optim_param *out) {
     for (int i = 0; i < m->n_params; i++) {
         const model_param *p = &m->params[i];
@@ -89,6 +126,9 @@ static dt_status check_same_model(const model_config *stored, const model_config
 
 static dt_status setup_model(trainer *t) {
     const char *resume = t->options.resume_path;
+    /* Before any allocation: weights, gradients, optimizer state and the workers' gradient copies must fit. */
+    const int64_t threads = t->cfg.threads > 0 ? t->cfg.threads : k_get_threads();
+    if (model_budget_check(&t->cfg.model, MODEL_USE_TRAIN, threads, 0, 0) != DT_OK) return DT_ERR;
     if (resume) {
         if (model_load(&t->model, resume) != DT_OK) return DT_ERR;
         t->ready |= READY_MODEL;
@@ -174,9 +214,14 @@ static dt_status setup_state(trainer *t) {
     }
     if (train_checkpoint_read_optim(resume, &t->opt) != DT_OK) return DT_ERR;
     if (train_checkpoint_read_state(resume, &t->state, NULL) != DT_OK) return DT_ERR;
+    if (t->state.step > t->total_steps)
+        return dt_errorf("%s: /train: 'step' = %lld is beyond this run's %lld steps (train.tokens = %lld)", resume,
+                         (long long)t->state.step, (long long)t->total_steps, (long long)t->cfg.tokens);
     t->loader.rng = t->state.loader_rng;
     t->loader.windows_drawn = t->state.windows_drawn;
+    /* The resumed-from file is the last good checkpoint until this run writes one. */
     t->last_checkpoint_step = t->state.step;
+    snprintf(t->last_checkpoint_path, sizeof t->last_checkpoint_path, "%s", resume);
     return DT_OK;
 }
 
@@ -186,6 +231,7 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     if (options) t->options = *options;
     t->last_checkpoint_step = -1;
     t->comm = t->options.comm ? t->options.comm : dt_comm_single();
+    t->lock_fd = -1;
     const train_config *c = &t->cfg;
     if (c->threads > 0) k_set_threads((int)c->threads);
     t->total_steps = train_config_total_steps(c);
@@ -195,7 +241,7 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     if (!t->config_text) return dt_errorf("trainer: out of memory");
     train_config_format(c, t->config_text, length + 1);
 
-    if (make_dirs(c->out_dir) != DT_OK) goto fail;
+    if (make_dirs(c->out_dir) != DT_OK || lock_out_dir(t, c->out_dir) != DT_OK) goto fail;
     snprintf(t->checkpoint_path, sizeof t->checkpoint_path, "%s/checkpoint.h5", c->out_dir);
     if (c->log_file[0] == '/')
         snprintf(t->log_path, sizeof t->log_path, "%s", c->log_file);
@@ -230,9 +276,13 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
         DT_OK)
         goto fail;
     return DT_OK;
-fail:
+fail: {
+    /* the first error is the one to report: closing what was opened may fail too (a full disk) */
+    char first[1024];
+    snprintf(first, sizeof first, "%s", dt_error_message());
     trainer_free(t);
-    return DT_ERR;
+    return dt_errorf("%s", first);
+}
 }
 
 void trainer_free(trainer *t) {
@@ -245,7 +295,9 @@ void trainer_free(trainer *t) {
     if (t->ready & READY_OPTIM) optim_free(&t->opt);
     if (t->ready & READY_MODEL) model_free(&t->model);
     free(t->config_text);
+    if (t->lock_fd >= 0) close(t->lock_fd); /* releases the flock */
     memset(t, 0, sizeof *t);
+    t->lock_fd = -1;
 }
 
 /* rank_inputs, rank_targets: rows [first, first + rows) of inputs, targets [B, T]. */
@@ -326,8 +378,7 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
         .step_seconds = seconds,
         .elapsed = t->state.elapsed_seconds,
     };
-    train_log_step(&t->log, record);
-    return DT_OK;
+    return train_log_step(&t->log, record);
 }
 
 dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
@@ -368,8 +419,7 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
         .alpha = sums[3] * inv,
         .elapsed = t->state.elapsed_seconds,
     };
-    train_log_eval(&t->log, record);
-    return DT_OK;
+    return train_log_eval(&t->log, record);
 }
 
 dt_status trainer_save(trainer *t) {
@@ -378,6 +428,7 @@ dt_status trainer_save(trainer *t) {
         train_checkpoint_save(t->checkpoint_path, &t->model, &t->opt, &t->state, &t->cfg) != DT_OK)
         return DT_ERR;
     t->last_checkpoint_step = t->state.step;
+    snprintf(t->last_checkpoint_path, sizeof t->last_checkpoint_path, "%s", t->checkpoint_path);
     return DT_OK;
 }
 
@@ -426,7 +477,7 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
         if (t->last_checkpoint_step >= 0) {
             char message[512];
             snprintf(message, sizeof message, "%s", dt_error_message());
-            dt_errorf("%s; last good checkpoint: %s (step %lld)", message, t->checkpoint_path,
+            dt_errorf("%s; last good checkpoint: %s (step %lld)", message, t->last_checkpoint_path,
                       (long long)t->last_checkpoint_step);
         }
         return DT_ERR;
@@ -441,6 +492,9 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
     if (trainer_save(t) != DT_OK) return DT_ERR;
     train_log_message(&t->log, "%s at step %lld/%lld; checkpoint %s", result->stopped ? "stopped" : "finished",
                       (long long)t->state.step, (long long)t->total_steps, t->checkpoint_path);
+    /* The log's last bytes reach the disk before the run reports success. */
+    t->ready &= ~READY_LOG;
+    if (train_log_close(&t->log) != DT_OK) return DT_ERR;
     result->steps = t->state.step;
     result->tokens = t->state.tokens_seen;
     result->elapsed_seconds = t->state.elapsed_seconds;

@@ -86,8 +86,10 @@ typedef struct trainer {
     train_state state;
     train_log log;
     int64_t total_steps;
-    int64_t last_checkpoint_step; /* -1: none written by this process */
-    int ready;                    /* bit flags of what trainer_free must release */
+    int64_t last_checkpoint_step;                   /* -1: none on disk (written by this process or resumed from) */
+    char last_checkpoint_path[TRAIN_PATH_MAX + 32]; /* the file holding it ("" when none) */
+    int lock_fd;                                    /* out_dir/train.lock, flock'ed for the run's lifetime (-1: none) */
+    int ready;                                      /* bit flags of what trainer_free must release */
 } trainer;
 
 /* Builds everything (fresh or resumed); cfg must have passed train_config_validate. */
