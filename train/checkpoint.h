@@ -41,6 +41,8 @@ typedef struct train_state {
     dt_rng loader_rng;      /* batch stream (data_loader.rng) */
     uint64_t windows_drawn; /* data_loader.windows_drawn */
     dt_rng trainer_rng;     /* the trainer's own stream (seeded from train.seed) */
+    /* written with /train when set (train/spike_guard.h) */
+    const struct train_spike_guard *spike_guard;
 } train_state;
 
 /* Writes the checkpoint (via PATH.tmp + rename); run: the resolved run configuration. */

@@ -603,6 +603,10 @@ static void update_chunk(train_parallel *p, const train_parallel_chunk *chunk, f
     }
 }
 
+int train_parallel_update_skipped(const train_parallel *p, double norm) {
+    return p->skip_update || (p->skip_norm_above > 0 && norm > p->skip_norm_above);
+}
+
 void train_parallel_update(train_parallel *p, double lr, double muon_lr, float grad_scale, double max_norm,
                            double *grad_norm) {
     const int64_t t = p->opt->step + 1;
@@ -620,7 +624,11 @@ void train_parallel_update(train_parallel *p, double lr, double muon_lr, float g
         double total = 0.0;
         for (int c = 0; c < p->n_chunks; c++) total += p->chunk_sums[c];
         const double thread_norm = sqrt(total);
-        if (isfinite(thread_norm)) {
+        if (isfinite(thread_norm) && train_parallel_update_skipped(p, thread_norm)) {
+            for (int c = first; c < last; c++)
+                memset(p->opt->params[p->chunks[c].param].grad + p->chunks[c].offset, 0,
+                       (size_t)p->chunks[c].length * sizeof(float));
+        } else if (isfinite(thread_norm)) {
             const float clip =
                 max_norm > 0.0 && thread_norm > max_norm ? (float)(max_norm / (thread_norm + 1e-6)) : 1.0f;
             float *work = p->muon_work[thread];
@@ -629,6 +637,6 @@ void train_parallel_update(train_parallel *p, double lr, double muon_lr, float g
         }
         if (thread == 0) norm = thread_norm;
     }
-    if (isfinite(norm)) p->opt->step = t;
+    if (isfinite(norm) && !train_parallel_update_skipped(p, norm)) p->opt->step = t;
     *grad_norm = norm;
 }

@@ -15,6 +15,7 @@
 
 #include "kernels/gemm.h"
 #include "models/model_io.h"
+#include "train/checkpoint_rotation.h"
 #include "train/provenance.h"
 
 /* What trainer_free must release (trainer.ready bits). */
@@ -197,6 +198,10 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
 
     if (setup_model(t) != DT_OK || setup_optimizer(t) != DT_OK || setup_data(t) != DT_OK || setup_state(t) != DT_OK)
         goto fail;
+    if (train_spike_guard_init(&t->spike, c->spike_zscore, c->spike_window) != DT_OK ||
+        (t->options.resume_path && train_spike_guard_read(t->options.resume_path, &t->spike) != DT_OK))
+        goto fail;
+    t->state.spike_guard = &t->spike;
     /* The step's rows split over the threads (train/parallel_step.h); MoE
      * and one-thread runs take the plain path inside it. */
     if (train_parallel_init(&t->parallel, &t->model, &t->opt, c->batch_size, c->seq_len, k_get_threads(), 1) != DT_OK)
@@ -218,6 +223,7 @@ fail:
 
 void trainer_free(trainer *t) {
     if (t->ready & READY_LOG) train_log_close(&t->log);
+    train_spike_guard_free(&t->spike);
     if (t->ready & READY_PARALLEL) train_parallel_free(&t->parallel);
     dt_tensor_free(t->inputs);
     dt_tensor_free(t->targets);
@@ -240,6 +246,9 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
     double objective = 0, loss = 0, loss_primary = 0, loss_branch = 0, alpha = 0;
     for (int64_t micro = 0; micro < c->grad_accum; micro++) {
         if (data_loader_next(&t->loader, dt_i32(t->inputs), dt_i32(t->targets)) != DT_OK) return DT_ERR;
+        if (t->options.garbage_batch_step > 0 && step + 1 == t->options.garbage_batch_step)
+            for (int64_t i = 0; i < t->targets->size; i++)
+                dt_i32(t->targets)[i] = (int32_t)((i * 7919 + 13) % c->model.vocab_size);
         train_parallel_losses losses;
         if (train_parallel_forward_backward(&t->parallel, t->inputs, t->targets, &losses) != DT_OK)
             return dt_error_context("step %lld", (long long)(step + 1));
@@ -254,6 +263,10 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
     }
     double lr = optim_schedule_lr(&t->schedule, step);
     double grad_norm;
+    /* The spike guard (train/spike_guard.h): the objective is judged now, the norm inside the update. */
+    const double mean_objective = objective / (double)c->grad_accum;
+    t->parallel.skip_update = train_spike_guard_objective_spike(&t->spike, mean_objective);
+    t->parallel.skip_norm_above = train_spike_guard_norm_limit(&t->spike);
     /* One pass: sum over workers, 1/grad_accum, norm, clip, optimizer (Muon
      * at its own peak on the same schedule shape), zeroed gradients. */
     train_parallel_update(&t->parallel, lr, c->muon_lr * lr / c->lr, 1.0f / (float)c->grad_accum, c->grad_clip,
@@ -261,6 +274,8 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
     if (!isfinite(grad_norm))
         return dt_errorf("step %lld: gradient norm is %g; stopping (the weights are not saved)", (long long)(step + 1),
                          grad_norm);
+    const int skipped = train_parallel_update_skipped(&t->parallel, grad_norm);
+    train_spike_guard_record(&t->spike, mean_objective, grad_norm, skipped);
 
     const int64_t step_tokens = train_config_tokens_per_step(c);
     const double seconds = now_seconds() - start;
@@ -285,6 +300,7 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
         .tokens_per_s = seconds > 0 ? (double)step_tokens / seconds : 0,
         .step_seconds = seconds,
         .elapsed = t->state.elapsed_seconds,
+        .skipped_updates = t->spike.skipped,
     };
     train_log_step(&t->log, record);
     return DT_OK;
@@ -330,6 +346,8 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
 
 dt_status trainer_save(trainer *t) {
     if (train_checkpoint_save(t->checkpoint_path, &t->model, &t->opt, &t->state, &t->cfg) != DT_OK) return DT_ERR;
+    if (train_checkpoint_rotate(t->cfg.out_dir, t->checkpoint_path, t->state.step, t->cfg.keep_last) != DT_OK)
+        return DT_ERR;
     t->last_checkpoint_step = t->state.step;
     return DT_OK;
 }

@@ -38,6 +38,7 @@
 #include "train/log.h"
 #include "train/parallel_step.h"
 #include "train/run_config.h"
+#include "train/spike_guard.h"
 
 typedef struct trainer_options {
     const char *resume_path;          /* continue from this checkpoint (NULL: a fresh run) */
@@ -47,6 +48,8 @@ typedef struct trainer_options {
     int64_t poison_step;              /* test hook, > 0: a NaN is written into final_norm before this step */
     int64_t pause_after_step;         /* test hook, > 0: the process stops itself (SIGSTOP) once this step is
                                          logged, before any checkpoint, so a test can SIGKILL it at a known point */
+    int64_t garbage_batch_step;       /* test hook, > 0: that step's (1-based) targets are replaced by
+                                         arbitrary token ids, a loss spike for the spike guard to catch */
 } trainer_options;
 
 typedef struct trainer_result {
@@ -70,9 +73,10 @@ typedef struct trainer {
     optim_schedule schedule;
     data_tokens tokens;
     data_loader loader;
-    train_parallel parallel; /* forward+backward split over threads, and the fused update */
+    train_parallel parallel;     /* forward+backward split over threads, and the fused update */
     dt_tensor *inputs, *targets; /* int32 [B, T] heap tensors reused every micro-batch */
     train_state state;
+    train_spike_guard spike; /* train.spike_zscore's window (checkpointed with state) */
     train_log log;
     int64_t total_steps;
     int64_t last_checkpoint_step; /* -1: none written by this process */
