@@ -2,8 +2,10 @@
  * synthetic run folders: a provenance.json and a JSON-lines log per run, in
  * train's formats, with final losses chosen as exact binary fractions so the
  * expected differences, standard deviations and p-values are worked out by
- * hand (in the comments) and by the df = 2 closed form of Student's t. The
- * CLI's table, JSON and one-line errors are checked on the same folders. */
+ * hand (in the comments) and by the df = 2 closed form of Student's t; and
+ * four real runs of `dbranch train`, so the records read are the ones train
+ * writes. The CLI's table, JSON and one-line errors are checked on the
+ * synthetic folders. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +13,9 @@
 #include <sys/stat.h>
 
 #include "analysis/compare.h"
+#include "core/rng.h"
+#include "data/tokenizer.h"
+#include "data/tokens.h"
 #include "support/run_dbranch.h"
 #include "support/scratch.h"
 #include "test_analysis_util.h"
@@ -199,4 +204,63 @@ Test(analysis_compare, cli_table_json_and_errors) {
     cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1);
     test_assert_one_line_error(err, "dbranch compare: ", "provenance.json");
     free(err);
+}
+
+/* Real runs: `dbranch train` writes the records compare reads. Two arms
+ * (branch none / decode) by two seeds, the seeds given in another order for
+ * the second arm; each run's final loss is the last eval line of its log. */
+Test(analysis_compare, real_training_runs) {
+    char data[300], ini[300], args[2048], *err = NULL;
+    snprintf(data, sizeof data, "%s/letters.h5", work_dir);
+    static int32_t tokens[3000];
+    dt_rng rng;
+    dt_rng_seed(&rng, 5);
+    for (int i = 0; i < 3000; i++)
+        tokens[i] = 'a' + (int32_t)dt_rng_below(&rng, 6);
+    data_tokenizer tok;
+    cr_assert_eq(data_tokenizer_byte(&tok), DT_OK);
+    cr_assert_eq(data_tokens_write(data, &tok, tokens, 2600, tokens + 2600, 400, "letters"), DT_OK);
+    data_tokenizer_free(&tok);
+    snprintf(ini, sizeof ini, "%s/run.ini", work_dir);
+    FILE *f = fopen(ini, "w");
+    cr_assert(f);
+    fprintf(f,
+            "[model]\nvocab_size = 256\nblock_size = 8\nn_layer = 1\nn_head = 2\nd_model = 16\n"
+            "[data]\npath = %s\n[train]\nbatch_size = 4\neval_windows = 4\nthreads = 1\n",
+            data);
+    fclose(f);
+    const char *runs[4][3] = {{"none", "1", "n1"}, {"none", "2", "n2"}, {"decode", "2", "d2"}, {"decode", "1", "d1"}};
+    for (int r = 0; r < 4; r++) {
+        snprintf(args, sizeof args,
+                 "train --config '%s' --tokens 320 --set model.branch=%s --set train.seed=%s --out '%s'", ini,
+                 runs[r][0], runs[r][1], run_path(runs[r][2]));
+        cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 0, "%s", err);
+        free(err);
+    }
+    analysis_run read[4];
+    for (int r = 0; r < 4; r++)
+        cr_assert_eq(analysis_run_read(run_path(runs[r][2]), &read[r]), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(read[2].seed, 2);
+    cr_assert_str_eq(analysis_run_value(&read[2], "model.branch"), "decode");
+    /* The loss is the log's last eval line, read here by hand. */
+    char log[512], line[4096], *last = NULL;
+    snprintf(log, sizeof log, "%s/log.jsonl", run_path("d2"));
+    f = fopen(log, "r");
+    cr_assert(f);
+    double want = NAN;
+    while (fgets(line, sizeof line, f))
+        if ((last = strstr(line, "\"type\":\"eval\"")) && (last = strstr(line, "\"loss\":")))
+            want = strtod(last + 7, NULL);
+    fclose(f);
+    cr_assert_eq(read[2].final_loss, want);
+    analysis_comparison c;
+    cr_assert_eq(analysis_compare(read, 4, NULL, 0, NULL, &c), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(c.n_arms, 2);
+    cr_assert_str_eq(c.arms[1].label, "model.branch=decode");
+    cr_assert_eq(c.arms[1].paired.n, 2);
+    double d1 = read[3].final_loss - read[0].final_loss, d2 = read[2].final_loss - read[1].final_loss;
+    cr_assert(fabs(c.arms[1].paired.mean - (d1 + d2) / 2) < 1e-12);
+    analysis_comparison_free(&c);
+    for (int r = 0; r < 4; r++)
+        analysis_run_free(&read[r]);
 }
