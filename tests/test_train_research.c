@@ -6,6 +6,8 @@
  *    count in the log goes 0 -> 1 at that step, the weights and optimizer
  *    step after it equal those before it, and a run stopped before the spike
  *    and resumed logs the same steps, bit for bit, as the uninterrupted one;
+ *    two threads with two micro-batches skip the same way, and no gradient
+ *    is left behind;
  *  - train.keep_last = N leaves checkpoint.h5 plus the N newest numbered
  *    checkpoints, each the state at its step. */
 #include <criterion/criterion.h>
@@ -159,6 +161,21 @@ Test(train_research, spike_guard_skips_exactly_the_garbage_step) {
     cr_assert_eq(optim_step_of(checkpoint_at("spike", 12)), 11); /* AdamW's bias correction did not advance */
     cr_assert_eq(optim_step_of(checkpoint_at("spike", 13)), 12);
 
+    /* The same on two threads (the update pass split over them) with two micro-batches per step. */
+    c = config("spike2", 16);
+    c.spike_zscore = 4;
+    c.spike_window = 6;
+    c.checkpoint_every = 1;
+    c.keep_last = 100;
+    c.threads = 2;
+    c.grad_accum = 2;
+    c.tokens *= 2;
+    run(c, &options);
+    for (int s = 1; s <= 16; s++)
+        cr_assert_eq(step_field("spike2", s, "skipped_updates"), s < 12 ? 0 : 1, "step %d", s);
+    assert_same_params(checkpoint_at("spike2", 11), checkpoint_at("spike2", 12), 1);
+    assert_same_params(checkpoint_at("spike2", 12), checkpoint_at("spike2", 13), 0);
+
     /* Without the guard the same garbage step is taken (so the test could fail). */
     c = config("unguarded", 13);
     c.checkpoint_every = 1;
@@ -228,4 +245,27 @@ Test(train_research, keep_last_rotates_numbered_checkpoints) {
         n += !strncmp(e->d_name, "checkpoint", 10);
     closedir(d);
     cr_assert_eq(n, 1);
+}
+
+/* Step by step: after the skipped step every gradient buffer is zero again (the next step starts clean). */
+Test(train_research, skipped_update_leaves_no_gradient) {
+    train_config c = config("steps", 16);
+    c.spike_zscore = 4;
+    c.spike_window = 6;
+    c.threads = 2;
+    cr_assert_eq(train_config_validate(&c), DT_OK, "%s", dt_error_message());
+    trainer t;
+    trainer_options options = {.garbage_batch_step = 12};
+    cr_assert_eq(trainer_init(&t, &c, &options), DT_OK, "%s", dt_error_message());
+    train_step_record record;
+    for (int s = 1; s <= 12; s++)
+        cr_assert_eq(trainer_step(&t, &record), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(record.skipped_updates, 1);
+    for (int i = 0; i < t.model.n_params; i++) {
+        const dt_tensor *p = t.model.params[i].tensor;
+        for (int64_t j = 0; j < p->size; j++)
+            cr_assert(p->grad[j] == 0.0f, "%s grad[%lld] = %g after the skipped step", t.model.params[i].name,
+                      (long long)j, p->grad[j]);
+    }
+    trainer_free(&t);
 }
