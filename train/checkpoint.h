@@ -18,6 +18,9 @@
  *                         it existed, fall back to parsing `config`)
  *   /train/loader_rng     uint64 [4] xoshiro state of the batch stream
  *   /train/trainer_rng    uint64 [4] xoshiro state of the trainer's own stream
+ *   /train/spike_window   float64 [n, 2] the spike guard's window, and /train's
+ *                         attribute skipped_updates (train.spike_zscore > 0 only;
+ *                         train/spike_guard.h)
  *
  * Everything a resumed run needs to continue bit for bit is here. Files are
  * written to PATH.tmp and renamed over PATH, so a crash mid-write leaves the
