@@ -166,7 +166,8 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
             if (strcmp(v, "llama")) return dt_errorf("--table %s: the one table format is llama", v);
             o->table_llama = 1;
         } else if (!strcmp(a, "--repetitions")) {
-            if (!parse_int64(v, 1, &n) || n > 1000) return dt_errorf("--repetitions %s: expected an integer in [1, 1000]", v);
+            if (!parse_int64(v, 1, &n) || n > 1000)
+                return dt_errorf("--repetitions %s: expected an integer in [1, 1000]", v);
             o->repetitions = (int)n;
         } else if (!strcmp(a, "--matvec")) {
             if (!strcmp(v, "own"))
@@ -275,9 +276,9 @@ static void print_llama_table(const bench_options *o, const model *m, int thread
         for (int i = 0; i < n_modes; i++) {
             bench_llama_row *row = &rows[n_rows++];
             row->mode = eval_decode_mode_name(results[i].mode);
-            snprintf(row->test, sizeof row->test, "%s%lld", pass ? "tg" : "pp", (long long)(pass ? o->n_tokens : o->prompt_len));
-            bench_llama_rate((pass ? tg : pp) + i * o->repetitions, o->repetitions, pass ? o->n_tokens : o->prompt_len,
-                             &row->mean, &row->sd);
+            const int64_t n_test = pass ? o->n_tokens : o->prompt_len;
+            snprintf(row->test, sizeof row->test, "%s%lld", pass ? "tg" : "pp", (long long)n_test);
+            bench_llama_rate((pass ? tg : pp) + i * o->repetitions, o->repetitions, n_test, &row->mean, &row->sd);
         }
     bench_llama_table_print(stdout, &h, rows, n_rows);
 }
