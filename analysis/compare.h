@@ -4,7 +4,8 @@
  *
  * An arm is the runs whose configurations agree on every key except the ones
  * that only name or pace a run (ANALYSIS_RUN_ONLY_KEYS: the seed, the output
- * directory and log file, threads, the progress cadence), or, when the caller
+ * directory and log file, threads, the progress, checkpoint and evaluation
+ * cadences, which change no weight), or, when the caller
  * lists keys (--arm-key), on those keys. An arm's label is the keys that tell
  * the arms apart, "section.key=value" joined by spaces ("all runs" when there
  * is one arm). Each arm's runs are paired with the reference arm's by
@@ -17,7 +18,9 @@
 #include "analysis/stats.h"
 
 /* Keys left out of the default arm identity, comma-separated. */
-#define ANALYSIS_RUN_ONLY_KEYS "train.seed,train.out_dir,train.log_file,train.threads,train.print_every"
+#define ANALYSIS_RUN_ONLY_KEYS                                                                                         \
+    "train.seed,train.out_dir,train.log_file,train.threads,train.print_every,train.checkpoint_every,train.keep_last,"  \
+    "train.eval_every"
 
 typedef struct analysis_arm {
     char *label;

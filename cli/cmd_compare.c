@@ -21,9 +21,9 @@ static void print_help(void) {
            "  --reference A   the reference arm: its label as printed, or one of its run directories\n"
            "                  (default: the arm of the first run given)\n"
            "  --arm-key K,..  arms by these config keys (section.key) only; default: every key but\n"
-           "                  %s\n"
-           "  --json          one JSON object on stdout instead of the table\n",
-           ANALYSIS_RUN_ONLY_KEYS);
+           "                  train.seed, out_dir, log_file, threads, print_every, checkpoint_every,\n"
+           "                  keep_last and eval_every (they change no weight)\n"
+           "  --json          one JSON object on stdout instead of the table\n");
 }
 
 /* A number in JSON, null when it is not finite. */

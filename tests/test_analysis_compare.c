@@ -44,8 +44,8 @@ static const char *write_run(const char *name, const char *branch, const char *l
              "{\"type\":\"provenance\",\"commit\":\"abc\",\"version\":\"0.1.0\",\"resume\":null,\"total_steps\":2,"
              "\"tokens_per_step\":64,\"config\":{\"model\":{\"family\":\"nanogpt\",\"branch\":\"%s\",\"d_model\":8},"
              "\"data\":{\"path\":\"d.h5\"},\"train\":{\"lr\":%s,\"seed\":%d,\"threads\":%d,\"out_dir\":\"%s\","
-             "\"log_file\":\"log.jsonl\"}}}",
-             branch, lr, seed, threads, dir);
+             "\"log_file\":\"log.jsonl\",\"eval_every\":%d}}}",
+             branch, lr, seed, threads, dir, seed * 10);
     char path[512];
     snprintf(path, sizeof path, "%s/provenance.json", dir);
     FILE *f = fopen(path, "w");
@@ -69,7 +69,7 @@ static const char *write_run(const char *name, const char *branch, const char *l
  *   diffs -1/8, -1/16, -1/4 = -12/96, -6/96, -24/96; mean -14/96; deviations
  *   2, 8, -10 (/96): sd = sqrt(168 / 2) / 96; reference mean over seeds 1-3 = 3.125.
  * lr 0.002 seeds 1, 2: 3.5, 3.625 -> diffs +0.5, +0.5 (sd 0: p 0).
- * threads and out_dir differ between runs and do not make arms. */
+ * threads, out_dir and eval_every differ between runs and do not make arms. */
 static int write_study(const char **dirs) {
     int n = 0;
     dirs[n++] = write_run("base1", "none", "0.001", 1, 1, 3.0, 2);
