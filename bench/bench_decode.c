@@ -20,11 +20,13 @@
 #include "core/rng.h"
 #include "bench/bandwidth.h"
 #include "bench/bench.h"
+#include "bench/llama_table.h"
 #include "eval/decode.h"
 #include "eval/matvec.h"
 #include "kernels/gemm.h"
 #include "models/config_file.h"
 #include "models/model_io.h"
+#include "train/provenance.h"
 
 enum { N_MODES = 3, MAX_SETS = 32, DEFAULT_PROBE_EVERY = 4 };
 
@@ -44,6 +46,8 @@ typedef struct bench_options {
     int prefill_repeats;
     int matvec_check;
     uint64_t seed;
+    int table_llama; /* --table llama: the llama-bench markdown table on stdout (bench/llama_table.h) */
+    int repetitions; /* --repetitions R: prefill and tg repetitions of the table (default 5) */
 } bench_options;
 
 typedef struct mode_result {
@@ -78,14 +82,17 @@ static void usage(FILE *out) {
             "usage: dbranch bench decode (--model CKPT.h5 | --config FILE.ini [--set KEY=VALUE]...)\n"
             "                            [--prompt-len P] [--tokens N] [--threads K] [--json]\n"
             "                            [--matvec own|blis] [--matvec-check] [--probe-mib M] [--probe-every R]\n"
-            "                            [--seed S]\n\n"
+            "                            [--seed S] [--table llama] [--repetitions R]\n\n"
             "Random weights (model_init_weights) with --config. Reports, for baseline (primary path only),\n"
             "grouped and un-grouped Decode-Branch decode: prefill tokens/s, decode ms/token (median),\n"
             "bytes read per token, effective GB/s against a read-bandwidth probe run in the same process,\n"
             "and the ratios to baseline. --json prints JSON on stdout (the table goes to stderr).\n"
             "--matvec-check also times every primary matrix at M = 1, 2 with eval_matvec and with BLIS.\n"
             "--probe-every R: one probe pass every R decode rounds for a model larger than the last-level cache\n"
-            "(default 4); 0 probes only before and after, so decoding runs uninterrupted like a generation loop.\n");
+            "(default 4); 0 probes only before and after, so decoding runs uninterrupted like a generation loop.\n"
+            "--table llama prints llama-bench's markdown table on stdout instead (rows pp<P> and tg<N> per mode,\n"
+            "tokens/s mean ± sd over --repetitions R runs, default 5; build commit and CPU below; the usual\n"
+            "table goes to stderr).\n");
 }
 
 /* ---- model from a config file ([model] section, SPEC §4 keys) ------------- */
@@ -155,6 +162,13 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
         } else if (!strcmp(a, "--seed")) {
             if (!parse_int64(v, 0, &n)) return dt_errorf("--seed %s: expected an integer >= 0", v);
             o->seed = (uint64_t)n;
+        } else if (!strcmp(a, "--table")) {
+            if (strcmp(v, "llama")) return dt_errorf("--table %s: the one table format is llama", v);
+            o->table_llama = 1;
+        } else if (!strcmp(a, "--repetitions")) {
+            if (!parse_int64(v, 1, &n) || n > 1000)
+                return dt_errorf("--repetitions %s: expected an integer in [1, 1000]", v);
+            o->repetitions = (int)n;
         } else if (!strcmp(a, "--matvec")) {
             if (!strcmp(v, "own"))
                 o->matvec = EVAL_MATVEC_OWN;
@@ -168,6 +182,10 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
     }
     if (!o->model_path == !o->config_path) return dt_errorf("pass exactly one of --model CKPT.h5 or --config FILE.ini");
     if (o->n_sets && !o->config_path) return dt_errorf("--set applies to --config only");
+    if (o->json && o->table_llama) return dt_errorf("--json and --table llama: choose one");
+    if (o->repetitions && !o->table_llama) return dt_errorf("--repetitions applies to --table llama only");
+    if (o->table_llama) o->prefill_repeats = o->repetitions ? o->repetitions : 5;
+    if (o->table_llama && !o->repetitions) o->repetitions = 5;
     return DT_OK;
 }
 
@@ -236,6 +254,35 @@ static void print_json_string(FILE *out, const char *s) {
     fputc('"', out);
 }
 
+/* The llama-bench table (bench/llama_table.h): pp and tg rows per mode from the per-repetition seconds
+ * pp [mode * repetitions + r] and tg [same]. */
+static void print_llama_table(const bench_options *o, const model *m, int threads, int n_modes,
+                              const mode_result *results, const double *pp, const double *tg) {
+    train_provenance build;
+    train_provenance_collect(&build, threads);
+    const model_config *c = &m->config;
+    bench_llama_header h = {.size_bytes = 4.0 * (double)model_param_count(m, -1),
+                            .params = model_param_count(m, -1),
+                            .threads = threads,
+                            .commit = build.commit,
+                            .version = build.version,
+                            .cpu = build.cpu,
+                            .blis_version = build.blis_version};
+    snprintf(h.model, sizeof h.model, "%s %.2fM F32%s", model_family_name(c->family), (double)h.params / 1e6,
+             c->branch == BRANCH_DECODE ? " branch" : "");
+    bench_llama_row rows[2 * N_MODES];
+    int n_rows = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n_modes; i++) {
+            bench_llama_row *row = &rows[n_rows++];
+            row->mode = eval_decode_mode_name(results[i].mode);
+            const int64_t n_test = pass ? o->n_tokens : o->prompt_len;
+            snprintf(row->test, sizeof row->test, "%s%lld", pass ? "tg" : "pp", (long long)n_test);
+            bench_llama_rate((pass ? tg : pp) + i * o->repetitions, o->repetitions, n_test, &row->mean, &row->sd);
+        }
+    bench_llama_table_print(stdout, &h, rows, n_rows);
+}
+
 int bench_decode_main(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -248,7 +295,7 @@ int bench_decode_main(int argc, char **argv) {
     eval_decode_session sessions[N_MODES];
     mode_result results[N_MODES];
     bench_read_probe probe;
-    double *step_times = NULL, *prefill_times = NULL, *probe_gbps = NULL;
+    double *step_times = NULL, *prefill_times = NULL, *probe_gbps = NULL, *llama_pp = NULL, *llama_tg = NULL;
     int32_t *tokens = NULL;
     float *matvec_in = NULL, *matvec_out = NULL;
     matrix_ref *mats = NULL;
@@ -345,6 +392,30 @@ int bench_decode_main(int argc, char **argv) {
         if (interleave && t % o.probe_every == o.probe_every - 1) probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
     }
     for (int p = 0; p < (interleave ? 2 : o.probe_passes); p++) probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
+    /* --table llama: per repetition, pp from the prefill rounds above, tg from the decode round above
+     * plus repetitions - 1 more (each after an untimed prefill), before the medians below sort the times. */
+    if (o.table_llama) {
+        llama_pp = malloc((size_t)(N_MODES * o.repetitions) * sizeof(double));
+        llama_tg = calloc((size_t)(N_MODES * o.repetitions), sizeof(double));
+        if (!llama_pp || !llama_tg) {
+            dt_errorf("out of memory");
+            goto fail;
+        }
+        memcpy(llama_pp, prefill_times, (size_t)(N_MODES * o.repetitions) * sizeof(double));
+        for (int i = 0; i < n_modes; i++)
+            for (int64_t t = 0; t < o.n_tokens; t++) llama_tg[i * o.repetitions] += step_times[i * o.n_tokens + t];
+        for (int r = 1; r < o.repetitions; r++) {
+            for (int i = 0; i < n_modes; i++)
+                if (eval_decode_prefill(&sessions[i], tokens, o.prompt_len, NULL) != DT_OK) goto fail;
+            for (int64_t t = 0; t < o.n_tokens; t++)
+                for (int j = 0; j < n_modes; j++) {
+                    int i = (int)((t + j) % n_modes);
+                    double t0 = now_seconds();
+                    if (eval_decode_step(&sessions[i], tokens[o.prompt_len + t]) != DT_OK) goto fail;
+                    llama_tg[i * o.repetitions + r] += now_seconds() - t0;
+                }
+        }
+    }
     double probe_best = bench_read_probe_best_gbps(&probe), probe_median = median(probe_gbps, n_probe);
     for (int i = 0; i < n_modes; i++) {
         double total = 0.0;
@@ -375,7 +446,7 @@ int bench_decode_main(int argc, char **argv) {
 
     /* ---- report ---- */
     int64_t n_params = model_param_count(&m, -1);
-    FILE *table = o.json ? stderr : stdout;
+    FILE *table = o.json || o.table_llama ? stderr : stdout;
     fprintf(table, "decode bench: %s %s model (%s), %.1fM parameters (%.0f MB fp32), block %lld, threads %d\n",
             model_family_name(c->family), c->branch == BRANCH_DECODE ? "Decode-Branch" : "baseline",
             o.model_path ? o.model_path : o.config_path, (double)n_params / 1e6, (double)n_params * 4e-6,
@@ -454,6 +525,7 @@ int bench_decode_main(int argc, char **argv) {
                    matvec_gbps[0][0], matvec_gbps[0][1], matvec_gbps[1][0], matvec_gbps[1][1]);
         printf("\n}\n");
     }
+    if (o.table_llama) print_llama_table(&o, &m, threads, n_modes, results, llama_pp, llama_tg);
     code = 0;
     goto done;
 fail:
@@ -466,6 +538,8 @@ done:
     free(step_times);
     free(prefill_times);
     free(probe_gbps);
+    free(llama_pp);
+    free(llama_tg);
     free(mats);
     free(matvec_in);
     free(matvec_out);

@@ -15,13 +15,42 @@
 #include "models/model_io.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: dbranch generate --model CKPT.h5 --prompt TEXT [--tokens N] [--temperature T]\n"
-                 "                        [--top-k K] [--seed S] [--data DATA.h5 | --tokenizer FILE.h5]\n"
+    fprintf(out, "usage: dbranch generate --model CKPT.h5 --prompt TEXT|--prompt-file FILE [--tokens N]\n"
+                 "                        [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+                 "                        [--data DATA.h5 | --tokenizer FILE.h5]\n"
                  "                        [--decode grouped|ungrouped|baseline] [--threads K]\n\n"
                  "Samples N tokens (default 64) after the prompt from the model's distribution: the\n"
                  "Decode-Branch mixture for a branch model (--decode baseline: the primary alone).\n"
-                 "Temperature 0 is greedy. Prints the prompt and the continuation. The tokenizer is\n"
-                 "read from the dataset (or tokenizer) file, or byte-level when the vocabulary is 256.\n");
+                 "Temperature 0 is greedy; --top-k keeps the K most likely tokens, --top-p (in (0, 1])\n"
+                 "the most likely ones up to that cumulative probability, after the temperature.\n"
+                 "--prompt-file reads the prompt's bytes from FILE. Prints the prompt and the\n"
+                 "continuation on stdout and llama.cpp-style timing lines on stderr (prompt eval:\n"
+                 "the prefill; eval: the decode steps and sampling after it). The tokenizer is read\n"
+                 "from the dataset (or tokenizer) file, or byte-level when the vocabulary is 256.\n");
+}
+
+/* The whole of path (at most 16 MiB) as the prompt; *n its bytes. */
+static dt_status read_prompt_file(const char *path, char **text, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_errorf("--prompt-file %s: cannot open", path);
+    enum { MAX_PROMPT = 16 << 20 };
+    *text = malloc(MAX_PROMPT + 1);
+    *n = *text ? fread(*text, 1, MAX_PROMPT + 1, f) : 0;
+    int bad = !*text || ferror(f);
+    fclose(f);
+    if (bad) return dt_errorf("--prompt-file %s: cannot read", path);
+    if (*n > MAX_PROMPT) return dt_errorf("--prompt-file %s: over 16 MiB", path);
+    if (*n == 0) return dt_errorf("--prompt-file %s: empty", path);
+    return DT_OK;
+}
+
+/* llama.cpp's llama_perf_context_print lines: "prompt eval time = X ms / N tokens (Y ms per token, Z tokens per
+ * second)". */
+static void print_timing_line(const char *what, const char *unit, double seconds, int64_t count) {
+    double ms = 1e3 * seconds;
+    fprintf(stderr, "%16s = %10.2f ms / %5lld %-6s (%8.2f ms per token, %8.2f tokens per second)\n", what, ms,
+            (long long)count, unit, count > 0 ? ms / (double)count : 0.0,
+            count > 0 && seconds > 0 ? (double)count / seconds : 0.0);
 }
 
 /* 1 when text is an integer in [min, max] (beyond 64 bits is not). */
@@ -34,7 +63,7 @@ int cmd_generate(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *model_path = NULL, *prompt = NULL, *data_path = NULL, *tokenizer_path = NULL;
+    const char *model_path = NULL, *prompt = NULL, *prompt_path = NULL, *data_path = NULL, *tokenizer_path = NULL;
     eval_generate_options options = eval_generate_default_options();
     int64_t threads = 0, seed = (int64_t)options.seed;
     cli_seen seen = {0};
@@ -59,6 +88,8 @@ int cmd_generate(int argc, char **argv) {
             model_path = v;
         else if (!strcmp(a, "--prompt"))
             prompt = v;
+        else if (!strcmp(a, "--prompt-file"))
+            prompt_path = v;
         else if (!strcmp(a, "--data"))
             data_path = v;
         else if (!strcmp(a, "--tokenizer"))
@@ -71,7 +102,10 @@ int cmd_generate(int argc, char **argv) {
             ok = parse_int64(v, 0, INT64_MAX, &seed);
         else if (!strcmp(a, "--threads"))
             ok = parse_int64(v, 1, K_MAX_THREADS, &threads);
-        else if (!strcmp(a, "--temperature")) {
+        else if (!strcmp(a, "--top-p")) {
+            options.top_p = strtod(v, &end);
+            ok = *v != '\0' && *end == '\0' && options.top_p > 0.0 && options.top_p <= 1.0;
+        } else if (!strcmp(a, "--temperature")) {
             options.temperature = strtod(v, &end);
             ok = *v != '\0' && *end == '\0' && options.temperature >= 0.0 && isfinite(options.temperature);
         } else if (!strcmp(a, "--decode")) {
@@ -92,8 +126,12 @@ int cmd_generate(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model_path || !prompt) {
-        fprintf(stderr, "dbranch generate: --model and --prompt are required (try --help)\n");
+    if (!model_path || (!prompt && !prompt_path)) {
+        fprintf(stderr, "dbranch generate: --model and --prompt (or --prompt-file) are required (try --help)\n");
+        return 2;
+    }
+    if (prompt && prompt_path) {
+        fprintf(stderr, "dbranch generate: pass --prompt or --prompt-file, not both\n");
         return 2;
     }
     if (data_path && tokenizer_path) {
@@ -110,8 +148,18 @@ int cmd_generate(int argc, char **argv) {
     int have_data = 0, have_tokenizer = 0;
     int32_t *tokens = NULL, *prompt_tokens = NULL;
     uint8_t *text = NULL;
+    char *prompt_text = NULL;
+    size_t prompt_bytes = prompt ? strlen(prompt) : 0;
+    if (prompt_path && read_prompt_file(prompt_path, &prompt_text, &prompt_bytes) != DT_OK) {
+        free(prompt_text);
+        return cli_fail("generate");
+    }
+    if (prompt_path) prompt = prompt_text;
     dt_status status = DT_OK;
-    if (model_load(&m, model_path) != DT_OK) return cli_fail("generate");
+    if (model_load(&m, model_path) != DT_OK) {
+        free(prompt_text);
+        return cli_fail("generate");
+    }
     int64_t V = m.config.vocab_size;
     const char *source = data_path ? data_path : tokenizer_path;
     if (data_path) {
@@ -143,8 +191,8 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     int64_t n_prompt = 0, n_out = 0;
-    if ((status = data_tokenizer_encode(tokenizer, (const uint8_t *)prompt, strlen(prompt), &prompt_tokens,
-                                        &n_prompt)) != DT_OK)
+    if ((status = data_tokenizer_encode(tokenizer, (const uint8_t *)prompt, prompt_bytes, &prompt_tokens, &n_prompt)) !=
+        DT_OK)
         goto done;
     tokens = malloc((size_t)(n_prompt + options.n_tokens + 1) * sizeof(int32_t));
     if (!tokens) {
@@ -152,12 +200,18 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     memcpy(tokens, prompt_tokens, (size_t)n_prompt * sizeof(int32_t));
+    eval_generate_timing timing;
+    options.timing = &timing;
     if ((status = eval_generate(&m, prompt_tokens, n_prompt, &options, tokens + n_prompt, &n_out)) != DT_OK) goto done;
     size_t n_bytes = 0;
     if ((status = data_tokenizer_decode(tokenizer, tokens, n_prompt + n_out, &text, &n_bytes)) != DT_OK) goto done;
     fwrite(text, 1, n_bytes, stdout);
     fputc('\n', stdout);
+    fflush(stdout);
+    print_timing_line("prompt eval time", "tokens", timing.prompt_seconds, timing.prompt_tokens);
+    print_timing_line("eval time", "runs", timing.eval_seconds, timing.eval_runs);
 done:
+    free(prompt_text);
     free(text);
     free(tokens);
     free(prompt_tokens);

@@ -23,6 +23,7 @@ int cmd_info(int argc, char **argv);
 int cmd_check_reference(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 /* prepare --from llmc|nanogpt (cli/cmd_prepare_tokens.c). */
 int cmd_prepare_tokens(int argc, char **argv);
 

@@ -270,6 +270,10 @@ dt_status h5_write_f32(hid_t loc, const char *name, const float *data, int ndim,
     return write_dataset(loc, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, ndim, shape);
 }
 
+dt_status h5_write_f64(hid_t loc, const char *name, const double *data, int ndim, const int64_t *shape) {
+    return write_dataset(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, data, ndim, shape);
+}
+
 dt_status h5_write_i32(hid_t loc, const char *name, const int32_t *data, int ndim, const int64_t *shape) {
     return write_dataset(loc, name, H5T_STD_I32LE, H5T_NATIVE_INT32, data, ndim, shape);
 }

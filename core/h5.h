@@ -42,6 +42,7 @@ dt_status h5_read_attr_string(hid_t loc, const char *name, char *value, size_t c
  * expected ones is an error naming it. Reads convert from the stored type
  * (float64 reference data reads as float32 or double). */
 dt_status h5_write_f32(hid_t loc, const char *name, const float *data, int ndim, const int64_t *shape);
+dt_status h5_write_f64(hid_t loc, const char *name, const double *data, int ndim, const int64_t *shape);
 dt_status h5_write_i32(hid_t loc, const char *name, const int32_t *data, int ndim, const int64_t *shape);
 dt_status h5_write_u64(hid_t loc, const char *name, const uint64_t *data, int ndim, const int64_t *shape);
 /* Reads the dataset's rank and dims (up to 4). */

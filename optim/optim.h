@@ -134,7 +134,15 @@ typedef struct optim_update_args {
     int n_extra;
     const dt_comm *comm; /* NULL: one process */
     int n_threads;       /* threads of the pass (<= optim_reserve_threads'; < 1: one) */
+    /* The spike guard's say (train/spike_guard.h): skip the update outright,
+     * or when the norm exceeds skip_norm_above (0: no limit). A skipped
+     * update zeroes the gradients and leaves weights, moments and step alone. */
+    int skip_update;
+    double skip_norm_above;
 } optim_update_args;
+
+/* Whether an update with gradient norm `norm` is (was) skipped under a's skip fields. */
+int optim_update_skipped(const optim_update_args *a, double norm);
 
 /* The update pass (above). *grad_norm gets the pre-clip norm (non-finite:
  * nothing was updated). DT_ERR only when the communicator fails. */

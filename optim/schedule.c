@@ -13,6 +13,11 @@ double optim_schedule_lr(const optim_schedule *s, int64_t step) {
         int64_t decay_steps = (int64_t)ceil(s->decay_fraction * (double)s->total_steps);
         if (decay_steps < 1) decay_steps = 1;
         int64_t decay_start = s->total_steps - decay_steps;
+        if (decay_start < s->warmup_steps) { /* the decay never cuts into the warm-up */
+            decay_start = s->warmup_steps;
+            decay_steps = s->total_steps - decay_start;
+            if (decay_steps < 1) return s->min_lr;
+        }
         if (step < decay_start) return s->lr;
         double progress = (double)(step - decay_start + 1) / (double)decay_steps;
         if (progress > 1.0) progress = 1.0;

@@ -10,7 +10,9 @@
  *            steps, then linear to min_lr with
  *            progress = (step - (total_steps - decay_steps) + 1) / decay_steps,
  *            so the final step runs at exactly min_lr (WSD's point is the
- *            annealed end state).
+ *            annealed end state); a decay longer than the steps after
+ *            warm-up starts where the warm-up ends instead (no step of the
+ *            warm-up is cut short, no jump down at its end).
  *   constant: lr after warm-up.
  * The first warm-up step is not zero (llm.c's convention), and cosine/linear
  * approach min_lr as the run ends. */

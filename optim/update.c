@@ -115,6 +115,10 @@ static void update_chunk(const optimizer *opt, const optim_chunk *chunk, float c
     }
 }
 
+int optim_update_skipped(const optim_update_args *a, double norm) {
+    return a->skip_update || (a->skip_norm_above > 0 && norm > a->skip_norm_above);
+}
+
 dt_status optim_update(optimizer *opt, const optim_update_args *a, double *grad_norm) {
     const int64_t t = opt->step + 1;
     const optim_adamw_step adamw = optim_adamw_step_at(&opt->hp, t, a->lr);
@@ -149,7 +153,13 @@ dt_status optim_update(optimizer *opt, const optim_update_args *a, double *grad_
         for (int c = 0; c < opt->n_chunks; c++)
             total += opt->chunk_sums[c];
         const double thread_norm = comm_status == DT_OK ? sqrt(total) : NAN;
-        if (isfinite(thread_norm)) {
+        if (isfinite(thread_norm) && optim_update_skipped(a, thread_norm)) {
+            for (int c = first; c < last; c++) { /* skipped: this thread's share of the gradient zeroed, nothing else */
+                const optim_chunk *chunk = &opt->chunks[c];
+                memset(opt->grad + opt->params[chunk->param].offset + chunk->offset, 0,
+                       (size_t)chunk->length * sizeof(float));
+            }
+        } else if (isfinite(thread_norm)) {
             const float clip =
                 a->max_norm > 0.0 && thread_norm > a->max_norm ? (float)(a->max_norm / (thread_norm + 1e-6)) : 1.0f;
             float *work = opt->ns_work[thread];
@@ -161,6 +171,6 @@ dt_status optim_update(optimizer *opt, const optim_update_args *a, double *grad_
     }
     *grad_norm = norm;
     if (comm_status != DT_OK) return dt_error_context("update: the gradient sum over %d processes", comm->size);
-    if (isfinite(norm)) opt->step = t;
+    if (isfinite(norm) && !optim_update_skipped(a, norm)) opt->step = t;
     return DT_OK;
 }

@@ -45,6 +45,17 @@ Test(optim_schedule, warmup_stable_decay) {
     assert_lr(s, 99, 0.2); /* final step at the floor */
 }
 
+/* decay_fraction 0.8 of 100 steps would start at step 20, inside the 50 warm-up
+ * steps: the decay starts at 50 and spans the last 50 steps instead. */
+Test(optim_schedule, wsd_decay_starts_after_warmup) {
+    optim_schedule s = {
+        .kind = SCHEDULE_WSD, .lr = 1.0, .min_lr = 0.0, .warmup_steps = 50, .total_steps = 100, .decay_fraction = 0.8};
+    assert_lr(s, 49, 1.0);            /* the last warm-up step reaches the peak */
+    assert_lr(s, 50, 1.0 - 1.0 / 50); /* first decay step */
+    assert_lr(s, 74, 0.5);            /* 25/50 */
+    assert_lr(s, 99, 0.0);
+}
+
 Test(optim_schedule, constant_and_no_warmup) {
     optim_schedule s = {.kind = SCHEDULE_CONSTANT, .lr = 3e-4, .min_lr = 0, .warmup_steps = 0, .total_steps = 10};
     assert_lr(s, 0, 3e-4);

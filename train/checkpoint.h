@@ -18,6 +18,9 @@
  *                         it existed, fall back to parsing `config`)
  *   /train/loader_rng     uint64 [4] xoshiro state of the batch stream
  *   /train/trainer_rng    uint64 [4] xoshiro state of the trainer's own stream
+ *   /train/spike_window   float64 [n, 2] the spike guard's window, and /train's
+ *                         attribute skipped_updates (train.spike_zscore > 0 only;
+ *                         train/spike_guard.h)
  *
  * Everything a resumed run needs to continue bit for bit is here. Files are
  * written to PATH.tmp and renamed over PATH, so a crash mid-write leaves the
@@ -41,6 +44,8 @@ typedef struct train_state {
     dt_rng loader_rng;      /* batch stream (data_loader.rng) */
     uint64_t windows_drawn; /* data_loader.windows_drawn */
     dt_rng trainer_rng;     /* the trainer's own stream (seeded from train.seed) */
+    /* written with /train when set (train/spike_guard.h) */
+    const struct train_spike_guard *spike_guard;
 } train_state;
 
 /* Writes the checkpoint (via PATH.tmp + rename); run: the resolved run configuration. */

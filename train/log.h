@@ -6,7 +6,7 @@
  *
  * Step lines:  {"type":"step","step":...,"tokens":...,"lr":...,"loss":...,
  *               "loss_primary":...,"loss_branch":...,"alpha":...,"objective":...,
- *               "grad_norm":...,"tokens_per_s":...,"elapsed":...}
+ *               "grad_norm":...,"skipped_updates":...,"tokens_per_s":...,"elapsed":...}
  * Eval lines:  {"type":"eval","step":...,"tokens":...,"loss":...,"loss_primary":...,
  *               "loss_branch":...,"alpha":...,"windows":...,"elapsed":...}
  * `step` counts completed optimizer steps (1 after the first), `loss` is the
@@ -29,6 +29,8 @@ typedef struct train_step_record {
     double tokens_per_s; /* this step */
     double step_seconds; /* wall time of this step */
     double elapsed;      /* seconds of training so far */
+    /* updates the spike guard skipped so far, this step included (train/spike_guard.h) */
+    int64_t skipped_updates;
 } train_step_record;
 
 typedef struct train_eval_record {

@@ -415,6 +415,11 @@ dt_status train_parallel_evaluate(train_parallel *p, const dt_tensor *inputs, co
     return run_workers(p, inputs, targets, row_begin, rows, 0, losses);
 }
 
+int train_parallel_update_skipped(const train_parallel *p, double norm) {
+    const optim_update_args args = {.skip_update = p->skip_update, .skip_norm_above = p->skip_norm_above};
+    return optim_update_skipped(&args, norm);
+}
+
 dt_status train_parallel_update(train_parallel *p, double lr, double muon_lr, float grad_scale, double max_norm,
                                 double *grad_norm) {
     const optim_update_args args = {
@@ -426,6 +431,8 @@ dt_status train_parallel_update(train_parallel *p, double lr, double muon_lr, fl
         .n_extra = p->n_workers - 1,
         .comm = p->comm,
         .n_threads = p->n_update_threads,
+        .skip_update = p->skip_update,
+        .skip_norm_above = p->skip_norm_above,
     };
     return optim_update(p->opt, &args, grad_norm);
 }

@@ -66,8 +66,12 @@ typedef struct train_parallel {
     dt_tensor *input_views, *target_views; /* [n_workers] row views of the batch */
     model_outputs *outputs;                /* [n_workers] each worker's last forward (its tensors live in its arena) */
     double forward_seconds, backward_seconds; /* worker 0's wall time in the last forward_backward (diagnostics) */
-    double forward_cpu_seconds,
-        backward_cpu_seconds; /* worker 0's thread CPU time, same (robust to a loaded machine) */
+    double forward_cpu_seconds, backward_cpu_seconds; /* worker 0's thread CPU time, same (robust to a loaded machine) */
+    /* The spike guard's say in the next update (train/spike_guard.h): skip it
+     * outright, or when the norm exceeds skip_norm_above (0: no limit). A
+     * skipped update zeroes the gradients and leaves weights and state alone. */
+    int skip_update;
+    double skip_norm_above;
 } train_parallel;
 
 /* Sets up n_threads workers (0: k_get_threads()) for batches of B x T. The
@@ -99,9 +103,12 @@ dt_status train_parallel_evaluate(train_parallel *p, const dt_tensor *inputs, co
  * written to *grad_norm, clipped to max_norm (0: no clipping; PyTorch's
  * clip_grad_norm_ formula), one optimizer step at lr (AdamW) and muon_lr
  * (Muon), and every gradient zeroed. A non-finite norm updates nothing and
- * leaves the gradients summed: the caller stops (*grad_norm tells). DT_ERR
- * when the communicator fails. */
+ * leaves the gradients summed: the caller stops (*grad_norm tells). The
+ * update is skipped (gradients zeroed) when p->skip_update is set or the
+ * norm exceeds p->skip_norm_above > 0. DT_ERR when the communicator fails. */
 dt_status train_parallel_update(train_parallel *p, double lr, double muon_lr, float grad_scale, double max_norm,
                                 double *grad_norm);
+/* Whether an update with gradient norm `norm` is (was) skipped under p's skip fields. */
+int train_parallel_update_skipped(const train_parallel *p, double norm);
 
 #endif

@@ -19,6 +19,7 @@
 #include "kernels/gemm.h"
 #include "models/model_budget.h"
 #include "models/model_io.h"
+#include "train/checkpoint_rotation.h"
 #include "train/provenance.h"
 
 /* What trainer_free must release (trainer.ready bits). */
@@ -256,6 +257,10 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     t->rank_rows = c->batch_size / t->comm->size;
     if (setup_model(t) != DT_OK || setup_optimizer(t) != DT_OK || setup_data(t) != DT_OK || setup_state(t) != DT_OK)
         goto fail;
+    if (train_spike_guard_init(&t->spike, c->spike_zscore, c->spike_window) != DT_OK ||
+        (t->options.resume_path && train_spike_guard_read(t->options.resume_path, &t->spike) != DT_OK))
+        goto fail;
+    t->state.spike_guard = &t->spike;
     /* This process's rows split over the threads (train/parallel_step.h);
      * MoE and one-thread runs take the plain path inside it. */
     if (train_parallel_init(&t->parallel, &t->model, &t->opt, t->comm, t->rank_rows, c->seq_len, k_get_threads(), 1) !=
@@ -287,6 +292,7 @@ fail: {
 
 void trainer_free(trainer *t) {
     if (t->ready & READY_LOG) train_log_close(&t->log);
+    train_spike_guard_free(&t->spike);
     if (t->ready & READY_PARALLEL) train_parallel_free(&t->parallel);
     dt_tensor_free(t->inputs);
     dt_tensor_free(t->targets);
@@ -325,6 +331,9 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
         if (data_loader_next(&t->loader, dt_i32(t->inputs), dt_i32(t->targets)) != DT_OK ||
             rank_views(t, t->comm->rank * t->rank_rows, t->rank_rows) != DT_OK)
             return DT_ERR;
+        if (t->options.garbage_batch_step > 0 && step + 1 == t->options.garbage_batch_step)
+            for (int64_t i = 0; i < t->targets->size; i++)
+                dt_i32(t->targets)[i] = (int32_t)((i * 7919 + 13) % c->model.vocab_size);
         train_parallel_losses losses;
         if (train_parallel_forward_backward(&t->parallel, &t->rank_inputs, &t->rank_targets, &losses) != DT_OK)
             return dt_error_context("step %lld", (long long)(step + 1));
@@ -346,6 +355,10 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
                          sums[0] * inv);
     double lr = optim_schedule_lr(&t->schedule, step);
     double grad_norm;
+    /* The spike guard (train/spike_guard.h): the objective is judged now, the norm inside the update. */
+    const double mean_objective = sums[0] * inv; /* the job's mean: every process decides alike */
+    t->parallel.skip_update = train_spike_guard_objective_spike(&t->spike, mean_objective);
+    t->parallel.skip_norm_above = train_spike_guard_norm_limit(&t->spike);
     /* One pass: sum over workers, 1/grad_accum, norm, clip, optimizer (Muon
      * at its own peak on the same schedule shape), zeroed gradients. */
     if (train_parallel_update(&t->parallel, lr, c->muon_lr * lr / c->lr, 1.0f / (float)c->grad_accum, c->grad_clip,
@@ -354,6 +367,8 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
     if (!isfinite(grad_norm))
         return dt_errorf("step %lld: gradient norm is %g; stopping (the weights are not saved)", (long long)(step + 1),
                          grad_norm);
+    const int skipped = train_parallel_update_skipped(&t->parallel, grad_norm);
+    train_spike_guard_record(&t->spike, mean_objective, grad_norm, skipped);
 
     const int64_t step_tokens = train_config_tokens_per_step(c);
     const double seconds = now_seconds() - start;
@@ -377,6 +392,7 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
         .tokens_per_s = seconds > 0 ? (double)step_tokens / seconds : 0,
         .step_seconds = seconds,
         .elapsed = t->state.elapsed_seconds,
+        .skipped_updates = t->spike.skipped,
     };
     return train_log_step(&t->log, record);
 }
@@ -425,7 +441,8 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
 dt_status trainer_save(trainer *t) {
     /* One file for the job: the processes hold the same weights and state. */
     if (t->comm->rank == 0 &&
-        train_checkpoint_save(t->checkpoint_path, &t->model, &t->opt, &t->state, &t->cfg) != DT_OK)
+        (train_checkpoint_save(t->checkpoint_path, &t->model, &t->opt, &t->state, &t->cfg) != DT_OK ||
+         train_checkpoint_rotate(t->cfg.out_dir, t->checkpoint_path, t->state.step, t->cfg.keep_last) != DT_OK))
         return DT_ERR;
     t->last_checkpoint_step = t->state.step;
     snprintf(t->last_checkpoint_path, sizeof t->last_checkpoint_path, "%s", t->checkpoint_path);

@@ -46,6 +46,7 @@
 #include "train/log.h"
 #include "train/parallel_step.h"
 #include "train/run_config.h"
+#include "train/spike_guard.h"
 
 typedef struct trainer_options {
     const char *resume_path;          /* continue from this checkpoint (NULL: a fresh run) */
@@ -56,6 +57,8 @@ typedef struct trainer_options {
     int64_t pause_after_step;         /* test hook, > 0: the process stops itself (SIGSTOP) once this step is
                                          logged, before any checkpoint, so a test can SIGKILL it at a known point */
     const dt_comm *comm;              /* the job's processes (NULL: this one alone) */
+    int64_t garbage_batch_step;       /* test hook, > 0: that step's (1-based) targets are replaced by
+                                         arbitrary token ids, a loss spike for the spike guard to catch */
 } trainer_options;
 
 typedef struct trainer_result {
@@ -84,6 +87,7 @@ typedef struct trainer {
     int64_t rank_rows;                   /* B / processes: the rows this process trains on */
     dt_tensor rank_inputs, rank_targets; /* int32 [rank_rows, T] views of this process's rows */
     train_state state;
+    train_spike_guard spike; /* train.spike_zscore's window (checkpointed with state) */
     train_log log;
     int64_t total_steps;
     int64_t last_checkpoint_step;                   /* -1: none on disk (written by this process or resumed from) */

@@ -1,0 +1,199 @@
+/* dbranch compare: the final validation losses of finished runs, grouped by
+ * arm and paired by seed against a reference arm (analysis/compare.h); this
+ * file reads the arguments and prints the table or the JSON. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/compare.h"
+#include "cli/commands.h"
+
+static void print_help(void) {
+    printf("usage: dbranch compare [--reference ARM|RUN_DIR] [--arm-key KEY[,KEY...]] [--json] RUN_DIR...\n"
+           "\n"
+           "Reads each run directory's provenance.json and log (written by dbranch train), takes the\n"
+           "validation loss of its final eval, groups the runs into arms and pairs each arm with the\n"
+           "reference arm by train.seed. Per arm: the pairs, the mean difference arm - reference\n"
+           "(absolute and %% of the reference), its 95%% interval (Student t) and the two-sided paired\n"
+           "t-test p-value.\n"
+           "\n"
+           "  --reference A   the reference arm: its label as printed, or one of its run directories\n"
+           "                  (default: the arm of the first run given)\n"
+           "  --arm-key K,..  arms by these config keys (section.key) only; default: every key but\n"
+           "                  train.seed, out_dir, log_file, threads, print_every, checkpoint_every,\n"
+           "                  keep_last and eval_every (they change no weight)\n"
+           "  --json          one JSON object on stdout instead of the table\n");
+}
+
+/* A number in JSON, null when it is not finite. */
+static void json_number(const char *key, double value, int comma) {
+    printf("%s\"%s\":", comma ? "," : "", key);
+    if (isfinite(value))
+        printf("%.9g", value);
+    else
+        printf("null");
+}
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+static void print_json(const analysis_comparison *c, const analysis_run *runs) {
+    printf("{\"metric\":\"final_val_loss\",\"confidence\":0.95,\"reference\":");
+    json_string(c->arms[c->reference].label);
+    printf(",\"arms\":[");
+    for (int a = 0; a < c->n_arms; a++) {
+        const analysis_arm *arm = &c->arms[a];
+        printf("%s{\"arm\":", a ? "," : "");
+        json_string(arm->label);
+        printf(",\"runs\":[");
+        for (int i = 0; i < arm->n_runs; i++) {
+            const analysis_run *r = &runs[arm->runs[i]];
+            printf("%s{\"dir\":", i ? "," : "");
+            json_string(r->dir);
+            printf(",\"seed\":%lld", (long long)r->seed);
+            json_number("final_val_loss", r->final_loss, 1);
+            printf("}");
+        }
+        printf("]");
+        json_number("mean_loss", arm->mean_loss, 1);
+        printf(",\"pairs\":%d", arm->paired.n);
+        json_number("reference_mean", arm->reference_mean, 1);
+        json_number("mean_diff", arm->paired.mean, 1);
+        json_number("mean_diff_pct", arm->mean_diff_pct, 1);
+        json_number("sd_diff", arm->paired.sd, 1);
+        json_number("ci95_low", arm->paired.low, 1);
+        json_number("ci95_high", arm->paired.high, 1);
+        json_number("t", arm->paired.t, 1);
+        json_number("p", arm->paired.p, 1);
+        printf("}");
+    }
+    printf("]}\n");
+}
+
+static void print_table(const analysis_comparison *c) {
+    int width = 9;
+    for (int a = 0; a < c->n_arms; a++) {
+        int n = (int)strlen(c->arms[a].label);
+        if (n > width) width = n;
+    }
+    const analysis_arm *ref = &c->arms[c->reference];
+    printf("final validation loss, paired by seed against '%s' (%d runs, mean %.6f); diff = arm - reference\n",
+           ref->label, ref->n_runs, ref->mean_loss);
+    printf("%-*s  %4s  %5s  %10s  %12s  %8s  %-27s  %8s\n", width, "arm", "runs", "pairs", "mean loss", "mean diff",
+           "diff %", "95% interval", "p");
+    for (int a = 0; a < c->n_arms; a++) {
+        const analysis_arm *arm = &c->arms[a];
+        printf("%-*s  %4d  %5d  %10.6f", width, arm->label, arm->n_runs, arm->paired.n, arm->mean_loss);
+        if (a == c->reference) {
+            printf("  %12s\n", "(reference)");
+            continue;
+        }
+        if (arm->paired.n == 0) {
+            printf("  no seed in common with the reference\n");
+            continue;
+        }
+        printf("  %+12.6f  %+7.3f%%", arm->paired.mean, arm->mean_diff_pct);
+        if (arm->paired.n < 2) {
+            printf("  %-27s  %8s\n", "(needs 2 pairs)", "-");
+            continue;
+        }
+        char interval[64];
+        snprintf(interval, sizeof interval, "[%+.6f, %+.6f]", arm->paired.low, arm->paired.high);
+        printf("  %-27s  %8.3g\n", interval, arm->paired.p);
+    }
+}
+
+int cmd_compare(int argc, char **argv) {
+    if (cli_wants_help(argc, argv)) {
+        print_help();
+        return 0;
+    }
+    const char *reference = NULL, *arm_keys_text = NULL;
+    int json = 0, n_dirs = 0;
+    const char **dirs = calloc((size_t)argc + 1, sizeof *dirs);
+    if (!dirs) {
+        fprintf(stderr, "dbranch compare: out of memory\n");
+        return 1;
+    }
+    cli_seen seen = {0};
+    for (int i = 0; i < argc; i++) {
+        const char **slot = !strcmp(argv[i], "--reference") ? &reference
+                            : !strcmp(argv[i], "--arm-key") ? &arm_keys_text
+                                                            : NULL;
+        if (slot) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dbranch compare: %s needs a value\n", argv[i]);
+                free(dirs);
+                return 1;
+            }
+            if (cli_once(&seen, argv[i]) != DT_OK) {
+                free(dirs);
+                return cli_fail("compare");
+            }
+            *slot = argv[++i];
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strncmp(argv[i], "--", 2)) {
+            fprintf(stderr, "dbranch compare: unknown option '%s' (try dbranch compare --help)\n", argv[i]);
+            free(dirs);
+            return 1;
+        } else {
+            dirs[n_dirs++] = argv[i];
+        }
+    }
+    if (n_dirs == 0) {
+        fprintf(stderr, "dbranch compare: no run directories given (try dbranch compare --help)\n");
+        free(dirs);
+        return 1;
+    }
+    /* --arm-key a,b,c: split in a copy. */
+    char *keys_copy = arm_keys_text ? strdup(arm_keys_text) : NULL;
+    const char **arm_keys = calloc((size_t)(arm_keys_text ? strlen(arm_keys_text) : 0) + 1, sizeof *arm_keys);
+    int n_arm_keys = 0, code = 0;
+    for (char *save = NULL, *key = keys_copy ? strtok_r(keys_copy, ",", &save) : NULL; key;
+         key = strtok_r(NULL, ",", &save))
+        arm_keys[n_arm_keys++] = key;
+    if (arm_keys_text && n_arm_keys == 0) {
+        fprintf(stderr, "dbranch compare: --arm-key '%s': no key given\n", arm_keys_text);
+        code = 1;
+    }
+    analysis_run *runs = calloc((size_t)n_dirs, sizeof *runs);
+    if (!runs || !arm_keys) {
+        fprintf(stderr, "dbranch compare: out of memory\n");
+        code = 1;
+    }
+    int n_read = 0;
+    for (; code == 0 && n_read < n_dirs; n_read++)
+        if (analysis_run_read(dirs[n_read], &runs[n_read]) != DT_OK) code = cli_fail("compare");
+    analysis_comparison comparison;
+    if (code == 0) {
+        if (analysis_compare(runs, n_dirs, arm_keys, n_arm_keys, reference, &comparison) != DT_OK) {
+            code = cli_fail("compare");
+        } else {
+            if (json)
+                print_json(&comparison, runs);
+            else
+                print_table(&comparison);
+            analysis_comparison_free(&comparison);
+        }
+    }
+    for (int i = 0; runs && i < n_read; i++)
+        analysis_run_free(&runs[i]);
+    free(runs);
+    free(arm_keys);
+    free(keys_copy);
+    free(dirs);
+    return code;
+}
