@@ -2,18 +2,13 @@
  * slab with several independent vector accumulators, so the loop is limited
  * by loads, not by the latency of the additions. */
 #include "bench/bandwidth.h"
+#include "bench/timing.h"
 
 #include <immintrin.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Sum of x [n], one thread's share. */
 static double slab_sum(const float *x, int64_t n) {
@@ -50,10 +45,6 @@ double bench_bandwidth_sum(const float *x, int64_t n) {
     return total;
 }
 
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 dt_status bench_read_probe_init(bench_read_probe *probe, int64_t bytes) {
     memset(probe, 0, sizeof *probe);
@@ -76,9 +67,9 @@ dt_status bench_read_probe_init(bench_read_probe *probe, int64_t bytes) {
 }
 
 double bench_read_probe_pass(bench_read_probe *probe) {
-    double t0 = now_seconds();
+    double t0 = bench_now_seconds();
     probe->checksum = bench_bandwidth_sum(probe->buffer, probe->n_floats);
-    double seconds = now_seconds() - t0;
+    double seconds = bench_now_seconds() - t0;
     if (probe->n_passes == 0 || seconds < probe->best_seconds) probe->best_seconds = seconds;
     probe->n_passes++;
     return (double)probe->n_floats * 4.0 / seconds * 1e-9;
@@ -99,7 +90,7 @@ dt_status bench_bandwidth_probe(int64_t bytes, int passes, bench_bandwidth *resu
         return dt_errorf("bandwidth probe: out of memory");
     }
     for (int p = 0; p < passes; p++) gbps[p] = bench_read_probe_pass(&probe);
-    qsort(gbps, (size_t)passes, sizeof(double), compare_doubles);
+    qsort(gbps, (size_t)passes, sizeof(double), bench_compare_doubles);
     result->best_gbps = bench_read_probe_best_gbps(&probe);
     result->median_gbps = gbps[passes / 2];
     result->bytes = probe.n_floats * (int64_t)sizeof(float);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/rng.h"
+#include "bench/timing.h"
 #include "bench/bandwidth.h"
 #include "bench/bench.h"
 #include "bench/llama_table.h"
@@ -61,21 +62,8 @@ typedef struct mode_result {
     double matrix_loads, expert_loads; /* mean per step */
 } mode_result;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
-static double median(double *x, int64_t n) {
-    qsort(x, (size_t)n, sizeof(double), compare_doubles);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -216,14 +204,14 @@ static int64_t collect_matrices(const model *m, matrix_ref *out, int64_t capacit
 /* One pass over all matrices at M rows with eval_matvec (own) or BLIS; seconds. */
 static double matvec_sweep_seconds(const matrix_ref *mats, int64_t n, int64_t M, int own, const float *in,
                                    float *out) {
-    double t0 = now_seconds();
+    double t0 = bench_now_seconds();
     for (int64_t i = 0; i < n; i++) {
         if (own)
             eval_matvec(out, in, mats[i].data, NULL, M, mats[i].cols, mats[i].rows);
         else
             k_linear_forward(out, in, mats[i].data, NULL, M, mats[i].cols, mats[i].rows);
     }
-    return now_seconds() - t0;
+    return bench_now_seconds() - t0;
 }
 
 /* gbps[own ? 0 : 1][M - 1]: best of 5 sweeps per variant, the variants interleaved
@@ -369,9 +357,9 @@ int bench_decode_main(int argc, char **argv) {
     for (int r = 0; r < o.prefill_repeats; r++) {
         for (int j = 0; j < n_modes; j++) {
             int i = (r + j) % n_modes;
-            double t0 = now_seconds();
+            double t0 = bench_now_seconds();
             if (eval_decode_prefill(&sessions[i], tokens, o.prompt_len, NULL) != DT_OK) goto fail;
-            prefill_times[i * o.prefill_repeats + r] = now_seconds() - t0;
+            prefill_times[i * o.prefill_repeats + r] = bench_now_seconds() - t0;
         }
         if (interleave) probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
     }
@@ -381,9 +369,9 @@ int bench_decode_main(int argc, char **argv) {
         for (int j = 0; j < n_modes; j++) {
             int i = (int)((t + j) % n_modes);
             eval_decode_session *s = &sessions[i];
-            double t0 = now_seconds();
+            double t0 = bench_now_seconds();
             if (eval_decode_step(s, tokens[o.prompt_len + t]) != DT_OK) goto fail;
-            step_times[i * o.n_tokens + t] = now_seconds() - t0;
+            step_times[i * o.n_tokens + t] = bench_now_seconds() - t0;
             results[i].weight_bytes += s->traffic.weight_bytes / (double)o.n_tokens;
             results[i].kv_bytes += s->traffic.kv_read_bytes / (double)o.n_tokens;
             results[i].matrix_loads += (double)s->traffic.matrix_loads / (double)o.n_tokens;
@@ -410,19 +398,19 @@ int bench_decode_main(int argc, char **argv) {
             for (int64_t t = 0; t < o.n_tokens; t++)
                 for (int j = 0; j < n_modes; j++) {
                     int i = (int)((t + j) % n_modes);
-                    double t0 = now_seconds();
+                    double t0 = bench_now_seconds();
                     if (eval_decode_step(&sessions[i], tokens[o.prompt_len + t]) != DT_OK) goto fail;
-                    llama_tg[i * o.repetitions + r] += now_seconds() - t0;
+                    llama_tg[i * o.repetitions + r] += bench_now_seconds() - t0;
                 }
         }
     }
-    double probe_best = bench_read_probe_best_gbps(&probe), probe_median = median(probe_gbps, n_probe);
+    double probe_best = bench_read_probe_best_gbps(&probe), probe_median = bench_median_sort(probe_gbps, n_probe);
     for (int i = 0; i < n_modes; i++) {
         double total = 0.0;
         for (int64_t t = 0; t < o.n_tokens; t++) total += step_times[i * o.n_tokens + t];
         results[i].mean_step_seconds = total / (double)o.n_tokens;
-        results[i].prefill_seconds = median(prefill_times + i * o.prefill_repeats, o.prefill_repeats);
-        results[i].step_seconds = median(step_times + i * o.n_tokens, o.n_tokens); /* sorts: [0] is the fastest */
+        results[i].prefill_seconds = bench_median_sort(prefill_times + i * o.prefill_repeats, o.prefill_repeats);
+        results[i].step_seconds = bench_median_sort(step_times + i * o.n_tokens, o.n_tokens); /* sorts: [0] is the fastest */
         results[i].best_step_seconds = step_times[i * o.n_tokens];
         results[i].bytes_per_token = results[i].weight_bytes + results[i].kv_bytes;
     }

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "bench/timing.h"
 #include "bench/bench.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
@@ -77,15 +78,7 @@ static int parse_positive(const char *option, const char *text, int *value) {
     return 1;
 }
 
-static int compare_doubles(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
-static double median(double *values, int n) {
-    qsort(values, (size_t)n, sizeof(double), compare_doubles);
-    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 /* ---------------------------------------------------------------- GEMM */
 
@@ -122,8 +115,8 @@ static void time_gemm(const gemm_case *c, const gemm_buffers *buf, int repeat, d
         raw_times[r] = omp_get_wtime() - start;
     }
     const double flops = 2.0 * (double)c->M * (double)c->N * (double)c->K;
-    *wrapper_rate = flops / median(wrapper_times, repeat) * 1e-9;
-    *raw_rate = flops / median(raw_times, repeat) * 1e-9;
+    *wrapper_rate = flops / bench_median_sort(wrapper_times, repeat) * 1e-9;
+    *raw_rate = flops / bench_median_sort(raw_times, repeat) * 1e-9;
 }
 
 /* ----------------------------------------------------------- attention */
@@ -154,7 +147,7 @@ static attention_rates time_attention(const attention_case *c, const attention_b
                                      buf->lse, c->B, c->T, c->H, c->Hkv, c->head_dim, buf->scratch);
             times[r] = omp_get_wtime() - start;
         }
-        const double seconds = median(times, repeat);
+        const double seconds = bench_median_sort(times, repeat);
         if (pass == 0) rates.forward = forward_flops / seconds * 1e-9;
         if (pass == 1) rates.backward = 2.0 * forward_flops / seconds * 1e-9;
         if (pass == 2) rates.both = 3.0 * forward_flops / seconds * 1e-9;

@@ -32,6 +32,7 @@
  * log-sum-exps; the logits). Peak RSS (getrusage) also holds the binary and
  * its libraries, which the report prints separately. */
 #include "bench/bench_train.h"
+#include "bench/timing.h"
 
 #include "models/model_info.h"
 
@@ -85,23 +86,14 @@ typedef struct bench_options {
     uint64_t seed;
 } bench_options;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Median of x [n] (sorts a copy into work [n]). */
+/* The median of x [n], which stays as it is (work [n] is sorted instead). */
 static double median(const double *x, int64_t n, double *work) {
     if (n <= 0) return NAN;
     memcpy(work, x, (size_t)n * sizeof *work);
-    qsort(work, (size_t)n, sizeof *work, compare_doubles);
-    return n % 2 ? work[n / 2] : 0.5 * (work[n / 2 - 1] + work[n / 2]);
+    return bench_median_sort(work, n);
 }
 
 static double peak_rss_bytes(void) {
@@ -368,25 +360,25 @@ static dt_status next_batch(bench_run *r) {
 static dt_status run_step(bench_run *r, int64_t index, double *loss) {
     const train_config *c = &r->cfg;
     double forward = 0.0, backward = 0.0, region = 0.0, cpu = 0.0, objective = 0.0;
-    const double start = now_seconds();
+    const double start = bench_now_seconds();
     for (int64_t micro = 0; micro < c->grad_accum; micro++) {
         if (next_batch(r) != DT_OK) return DT_ERR;
         train_parallel_losses losses;
-        const double region_start = now_seconds();
+        const double region_start = bench_now_seconds();
         if (train_parallel_forward_backward(&r->parallel, r->inputs, r->targets, &losses) != DT_OK) return DT_ERR;
-        region += now_seconds() - region_start;
+        region += bench_now_seconds() - region_start;
         forward += r->parallel.forward_seconds;
         backward += r->parallel.backward_seconds;
         cpu += r->parallel.forward_cpu_seconds + r->parallel.backward_cpu_seconds;
         objective += losses.objective;
     }
-    const double t3 = now_seconds();
+    const double t3 = bench_now_seconds();
     double norm;
     if (train_parallel_update(&r->parallel, c->lr, c->muon_lr, 1.0f / (float)c->grad_accum, c->grad_clip, &norm) !=
         DT_OK)
         return DT_ERR;
     if (!isfinite(norm)) return dt_errorf("%s: gradient norm is %g", r->label, norm);
-    const double end = now_seconds();
+    const double end = bench_now_seconds();
     if (index >= 0) {
         r->step_s[index] = end - start;
         r->forward_s[index] = forward;
@@ -459,7 +451,7 @@ static void probe_products(gemm_probe *p, int64_t first, int64_t rows, float *dw
 
 /* Seconds for the three products. */
 static double probe_run(gemm_probe *p) {
-    const double start = now_seconds();
+    const double start = bench_now_seconds();
     if (p->n_threads > 1) {
 #pragma omp parallel num_threads(p->n_threads)
         {
@@ -472,7 +464,7 @@ static double probe_run(gemm_probe *p) {
     } else {
         probe_products(p, 0, p->M, p->dw);
     }
-    return now_seconds() - start;
+    return bench_now_seconds() - start;
 }
 
 /* ---- report ------------------------------------------------------------------ */

@@ -242,7 +242,9 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     if (!t->config_text) return dt_errorf("trainer: out of memory");
     train_config_format(c, t->config_text, length + 1);
 
-    if (make_dirs(c->out_dir) != DT_OK || lock_out_dir(t, c->out_dir) != DT_OK) goto fail;
+    /* rank 0 alone writes the directory, so it alone holds the lock (a job's
+     * other processes would otherwise see it taken) */
+    if (make_dirs(c->out_dir) != DT_OK || (t->comm->rank == 0 && lock_out_dir(t, c->out_dir) != DT_OK)) goto fail;
     snprintf(t->checkpoint_path, sizeof t->checkpoint_path, "%s/checkpoint.h5", c->out_dir);
     if (c->log_file[0] == '/')
         snprintf(t->log_path, sizeof t->log_path, "%s", c->log_file);
@@ -277,8 +279,8 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
         goto fail;
     t->ready |= READY_LOG;
     /* The log's first record (and OUT/provenance.json): what produced this run (train/provenance.h). */
-    if (train_provenance_record(c, t->config_text, t->options.resume_path, t->state.step, t->log.file, t->log_path) !=
-        DT_OK)
+    if (logs && train_provenance_record(c, t->config_text, t->options.resume_path, t->state.step, t->log.file,
+                                        t->log_path) != DT_OK)
         goto fail;
     return DT_OK;
 fail: {
