@@ -13,6 +13,7 @@
 #include "eval/generate.h"
 #include "kernels/gemm.h"
 #include "models/model_io.h"
+#include "core/input_file.h"
 
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch generate --model CKPT.h5 --prompt TEXT|--prompt-file FILE [--tokens N]\n"
@@ -31,6 +32,7 @@ static void usage(FILE *out) {
 
 /* The whole of path (at most 16 MiB) as the prompt; *n its bytes. */
 static dt_status read_prompt_file(const char *path, char **text, size_t *n) {
+    if (dt_check_input_file(path) != DT_OK) return dt_error_context("--prompt-file");
     FILE *f = fopen(path, "rb");
     if (!f) return dt_errorf("--prompt-file %s: cannot open", path);
     enum { MAX_PROMPT = 16 << 20 };

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "core/input_file.h"
 #include "core/error.h"
 #include "models/config_file.h"
 #include "models/model_info.h"
@@ -182,6 +183,7 @@ int cmd_info(int argc, char **argv) {
         dt_errorf("%s: no such file", path);
         return cli_fail("info");
     }
+    if (dt_check_input_file(path) != DT_OK) return cli_fail("info"); /* before anything opens it (a FIFO would block) */
     if (has_suffix(path, ".h5") || has_suffix(path, ".hdf5") || is_hdf5_file(path)) {
         if (model_load_config(&config, path) != DT_OK) return cli_fail("info");
         /* nanogpt's n_kv_head and d_ff only mirror n_head and 4C: let them follow a --set of those. */

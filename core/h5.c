@@ -1,5 +1,6 @@
 /* HDF5 helpers: one-line errors, shape checks, type conversion on read. */
 #include "core/h5.h"
+#include "core/input_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +35,7 @@ static const char *reason(int saved_errno, const char *fallback) {
 dt_status h5_open(const char *path, int writable, hid_t *file) {
     silence_hdf5();
     if (access(path, F_OK) != 0) return dt_errorf("%s: no such file", path);
+    if (dt_check_input_file(path) != DT_OK) return DT_ERR;
     if (H5Fis_hdf5(path) <= 0) return dt_errorf("%s: not an HDF5 file (or truncated)", path);
     *file = H5Fopen(path, writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
     if (*file < 0) return dt_errorf("%s: cannot open as HDF5 (truncated or corrupted?)", path);

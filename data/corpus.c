@@ -1,6 +1,7 @@
 /* Raw corpora for `dbranch prepare` (data/corpus.h): files, the kjv and
  * pycode presets, and the block train/val split of the raw bytes. */
 #include "data/corpus.h"
+#include "core/input_file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -44,9 +45,7 @@ static dt_status buffer_append_stream(byte_buffer *buffer, FILE *stream, const c
 }
 
 static dt_status buffer_append_file(byte_buffer *buffer, const char *path) {
-    struct stat info;
-    if (stat(path, &info) != 0) return dt_errorf("%s: %s", path, strerror(errno));
-    if (S_ISDIR(info.st_mode)) return dt_errorf("%s: is a directory, not a file", path);
+    if (dt_check_input_file(path) != DT_OK) return DT_ERR;
     FILE *stream = fopen(path, "rb");
     if (!stream) return dt_errorf("%s: %s", path, strerror(errno));
     dt_status status = buffer_append_stream(buffer, stream, path);

@@ -1,5 +1,6 @@
 /* The byte-level helpers of file_util.h. */
 #include "interop/file_util.h"
+#include "core/input_file.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -92,6 +93,7 @@ dt_status interop_writer_close(interop_writer *w) {
 
 dt_status interop_read_file(const char *path, unsigned char **bytes, size_t *n) {
     *bytes = NULL, *n = 0;
+    if (dt_check_input_file(path) != DT_OK) return DT_ERR;
     FILE *f = fopen(path, "rb");
     if (!f) return dt_errorf("%s: cannot open: %s", path, strerror(errno));
     size_t capacity = 1 << 16, length = 0;

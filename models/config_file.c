@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/input_file.h"
 #include "models/config_value.h"
 
 /* Configs are a few hundred bytes; anything this big is the wrong file. */
@@ -111,6 +113,7 @@ dt_status config_file_parse(const char *text, const char *origin, config_file_en
 }
 
 dt_status config_file_read(const char *path, config_file_entry_fn on_entry, void *user) {
+    if (access(path, F_OK) == 0 && dt_check_input_file(path) != DT_OK) return DT_ERR;
     FILE *file = fopen(path, "r");
     if (!file) return dt_errorf("%s: no such config file (or not readable)", path);
     char *text = malloc(CONFIG_FILE_MAX + 1);

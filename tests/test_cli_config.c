@@ -86,7 +86,7 @@ Test(cli_config, what_is_not_a_config_file_is_refused_by_every_command, .init = 
     fclose(f);
     const char *cases[][2] = {{dir, "directory"},
                               {empty, "sets no keys"},
-                              {"/dev/null", "sets no keys"},
+                              {"/dev/null", "not a regular file"},
                               {header, "[train]]"},
                               {outside, "outside any section"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

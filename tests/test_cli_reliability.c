@@ -191,3 +191,31 @@ Test(cli_reliability, nan_weights_are_refused_by_eval_generate_and_bench) {
         free(err);
     }
 }
+
+/* ---- item 10: a FIFO or a device as an input is refused, not waited on ---- */
+
+Test(cli_reliability, fifo_and_device_inputs_are_refused_at_once) {
+    char fifo[192];
+    snprintf(fifo, sizeof fifo, "%s/input.fifo", work_dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo %s", fifo);
+    /* before the fix each of these blocked on open() (FIFO) or read forever (/dev/zero) */
+    const struct {
+        const char *command, *args, *needle;
+    } cases[] = {
+        {"train", "train --config '%s'", "FIFO"},
+        {"info", "info '%s'", "FIFO"},
+        {"eval", "eval --model '%s' --data '%s'", "FIFO"},
+        {"check-reference", "check-reference '%s'", "FIFO"},
+        {"prepare", "prepare --input '%s' --out '%s.h5'", "FIFO"},
+        {"prepare", "prepare --input /dev/zero --out '%s.h5'", "character device"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[600], *err = NULL, prefix[64];
+        snprintf(args, sizeof args, cases[i].args, strstr(cases[i].args, "/dev/zero") ? work_dir : fifo, fifo);
+        cr_assert_neq(test_run_dbranch(NULL, args, NULL, &err), 0, "%s: %s", args, err);
+        snprintf(prefix, sizeof prefix, "dbranch %s: ", cases[i].command);
+        test_assert_one_line_error(err, prefix, cases[i].needle);
+        free(err);
+    }
+    unlink(fifo);
+}
