@@ -301,14 +301,12 @@ static void linear(eval_decode_session *s, float *out, const float *in, const fl
  * applies (w0, b0), the primary's; row 1 applies (w1, b1), the branch's. Two
  * rows with the same matrix are one stacked product: the matrix is read once.
  * Queued: the caller flushes before reading out. */
+static model_row_exec exec_of(eval_decode_session *s);
+
 static void rows_linear(eval_decode_session *s, float *out, const float *in, int row0, int n_rows, const dt_tensor *w0,
                         const dt_tensor *b0, const dt_tensor *w1, const dt_tensor *b1, int64_t K, int64_t N) {
-    if (n_rows == 2 && w0 == w1 && b0 == b1) {
-        queue_linear(s, out, in, data_of(w0), data_of(b0), 2, K, N);
-        return;
-    }
-    for (int r = row0; r < row0 + n_rows; r++)
-        queue_linear(s, out + r * N, in + r * K, data_of(r == 0 ? w0 : w1), data_of(r == 0 ? b0 : b1), 1, K, N);
+    const model_row_exec exec = exec_of(s); /* the FFN kinds' stacking (models/ffn_common.c), one copy */
+    model_rows_linear(&exec, out, in, row0, n_rows, w0, b0, w1, b1, K, N);
 }
 
 // out, in [M,C]; weight, bias [C]; mean, rstd [M]: the model's norm kind; the
@@ -336,7 +334,7 @@ static void count_norm(eval_decode_session *s, const dt_tensor *weight, const dt
 
 /* dst[n] += couple[n] * primary[n]: a coupling term of SPEC §2 (couple may be NULL: couple = off). */
 static void add_coupling(float *dst, const dt_tensor *couple, const float *primary, int64_t n) {
-    if (couple) k_accumulate_mul_vec_range(dst, primary, data_of(couple), 1, n);
+    model_add_coupling(dst, data_of(couple), primary, n);
 }
 
 /* ---- one decode position ------------------------------------------------- */
@@ -673,12 +671,8 @@ static void prefill_linear(eval_decode_session *s, float *out, const float *in, 
 static void prefill_rows_linear(eval_decode_session *s, float *out, const float *in, int64_t P, int extra,
                                 const dt_tensor *w0, const dt_tensor *b0, const dt_tensor *w1, const dt_tensor *b1,
                                 int64_t K, int64_t N) {
-    if (extra && w0 == w1 && b0 == b1) {
-        prefill_linear(s, out, in, w0, b0, P + 1, K, N);
-        return;
-    }
-    prefill_linear(s, out, in, w0, b0, P, K, N);
-    if (extra) linear(s, out + P * N, in + P * K, data_of(w1), data_of(b1), 1, K, N);
+    const model_row_exec exec = exec_of(s);
+    model_prefill_linear(&exec, out, in, P, extra, w0, b0, w1, b1, K, N);
 }
 
 /* The FFN over the prompt rows (+ the branch row P) through its kind: x -> m;
