@@ -78,8 +78,8 @@ Test(layers, scanner_finds_prints_in_code_only) {
 Test(layers, product_layers_do_not_print) {
     const char *root = getenv("DBRANCH_SOURCE_DIR");
     cr_assert(root != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
-    static const char *const layers[] = {"core", "kernels", "autograd", "models",  "optim",
-                                         "data", "train",   "eval",     "analysis"};
+    static const char *const layers[] = {"core", "kernels", "autograd", "models",   "optim",
+                                         "data", "train",   "eval",     "analysis", "interop"};
     int files = 0;
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
         char dir_path[1024];
