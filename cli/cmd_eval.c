@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "data/tokens.h"
+#include "eval/accuracy.h"
 #include "eval/eval_loss.h"
 #include "kernels/gemm.h"
 #include "models/model_io.h"
@@ -20,12 +21,44 @@ static void usage(FILE *out) {
                  "the mixture NLL for a Decode-Branch model (loss), the primary and branch cross-entropies,\n"
                  "the mean alpha and bits per byte. --seq-len defaults to the model's block_size.\n"
                  "--prompt-len P: score positions P-1.. only, through the decode engine (prefill P tokens,\n"
-                 "then one step per token) unless --method tf.\n");
+                 "then one step per token) unless --method tf.\n"
+                 "Record files with answer marks (dbranch prepare --synthetic): also the accuracy on the\n"
+                 "marked answers (argmax of the model's distribution, teacher-forced), overall and per\n"
+                 "position in the record.\n");
 }
 
 /* 1 when text is an integer in [min, max] (cli/args.c prints nothing: the caller's line names option and value). */
 static int parse_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
     return cli_parse_int("", text, min, max, out) == DT_OK;
+}
+
+/* {"accuracy": ..., "answers": N, "per_position": [[t, accuracy, answers], ...]} on its own line. */
+static void print_accuracy_json(const eval_accuracy_result *a) {
+    printf("{\"accuracy\": %.6f, \"answers\": %lld, \"records\": %lld, \"per_position\": [",
+           a->n_answers ? (double)a->n_correct / (double)a->n_answers : 0.0, (long long)a->n_answers,
+           (long long)a->n_windows);
+    const char *sep = "";
+    for (int64_t t = 0; t < a->seq_len; t++) {
+        if (!a->per_position_answers[t]) continue;
+        printf("%s[%lld, %.6f, %lld]", sep, (long long)t,
+               (double)a->per_position_correct[t] / (double)a->per_position_answers[t],
+               (long long)a->per_position_answers[t]);
+        sep = ", ";
+    }
+    printf("]}\n");
+}
+
+static void print_accuracy_text(const eval_accuracy_result *a) {
+    printf("accuracy %.4f on %lld marked answers of %lld records; per position (input t: accuracy):\n",
+           a->n_answers ? (double)a->n_correct / (double)a->n_answers : 0.0, (long long)a->n_answers,
+           (long long)a->n_windows);
+    int column = 0;
+    for (int64_t t = 0; t < a->seq_len; t++) {
+        if (!a->per_position_answers[t]) continue;
+        printf("  %4lld: %.3f", (long long)t, (double)a->per_position_correct[t] / (double)a->per_position_answers[t]);
+        if (++column % 8 == 0) printf("\n");
+    }
+    if (column % 8) printf("\n");
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -125,6 +158,10 @@ int cmd_eval(int argc, char **argv) {
     }
     eval_loss_result r;
     dt_status status = eval_loss_run(&m, &data, &options, &r);
+    eval_accuracy_result accuracy = {0};
+    int with_accuracy = status == DT_OK && data.has_answer[options.split];
+    if (with_accuracy)
+        status = eval_accuracy_run(&m, &data, options.split, options.n_windows, options.seq_len, &accuracy);
     if (status == DT_OK) {
         const char *split = options.split == SPLIT_VAL ? "val" : "train";
         const char *how =
@@ -135,10 +172,10 @@ int cmd_eval(int argc, char **argv) {
             printf("{\"model\": \"%s\", \"data\": \"%s\", \"split\": \"%s\", \"method\": \"%s\", \"windows\": %lld, "
                    "\"seq_len\": %lld, \"prompt_len\": %lld, \"tokens\": %lld, \"bytes\": %lld, \"loss\": %.6f, "
                    "\"loss_primary\": %.6f, \"loss_branch\": %s, \"alpha\": %.6f, \"bits_per_byte\": %.6f}\n",
-                   model_path, data_path, split, how, (long long)r.n_windows,
-                   (long long)(options.seq_len ? options.seq_len : m.config.block_size), (long long)options.prompt_len,
-                   (long long)r.n_tokens, (long long)r.n_bytes, r.loss, r.loss_primary, branch, r.alpha_mean,
-                   r.bits_per_byte);
+                   model_path, data_path, split, how, (long long)r.n_windows, (long long)r.seq_len,
+                   (long long)options.prompt_len, (long long)r.n_tokens, (long long)r.n_bytes, r.loss, r.loss_primary,
+                   branch, r.alpha_mean, r.bits_per_byte);
+            if (with_accuracy) print_accuracy_json(&accuracy);
         } else {
             printf("eval %s on %s (%s): %lld windows, %lld positions scored, %s\n", model_path, data_path, split,
                    (long long)r.n_windows, (long long)r.n_tokens, how);
@@ -147,8 +184,10 @@ int cmd_eval(int argc, char **argv) {
                        r.loss_primary, r.loss_branch, r.alpha_mean, r.bits_per_byte);
             else
                 printf("loss %.4f  bits/byte %.4f\n", r.loss, r.bits_per_byte);
+            if (with_accuracy) print_accuracy_text(&accuracy);
         }
     }
+    eval_accuracy_result_free(&accuracy);
     data_tokens_close(&data);
     model_free(&m);
     return status == DT_OK ? 0 : cli_fail("eval");

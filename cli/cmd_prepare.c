@@ -37,6 +37,15 @@ static void print_help(void) {
            "  header, magic 20240520 uint16 or 20240801 uint32 tokens) or nanoGPT's headerless uint16\n"
            "  train.bin / val.bin (nanogpt); the dataset's tokenizer is 'external' (ids only).\n"
            "\n"
+           "Synthetic record tasks (every record R tokens; dbranch eval reports accuracy on the answers):\n"
+           "  --synthetic prefix-sum [--length N (32)] [--modulus K (2)] [--train-records (20000)]\n"
+           "      [--val-records (1000)]: records \">\" x0 a0 .. x(N-1) a(N-1), R = 2N + 1, digits x in [0, K),\n"
+           "      answers a_i = 'a' + (x0 + .. + xi) mod K (K = 2: running parity); byte tokens\n"
+           "  --synthetic two-hop [--entities N (200)] [--relations R (4)]: graphs A and B of N entities\n"
+           "      each; train: every atomic fact \"BOS e r e' EOS\" and graph A's two-hop queries\n"
+           "      \"BOS e r1 r2 e''\"; val: graph B's two-hop queries (R = 5; ids only)\n"
+           "  [--seed S (1)] --out DATA.h5\n"
+           "\n"
            "Split: the raw corpus is cut into P = min(20, max(1, bytes / 64 KiB)) equal parts (at line\n"
            "starts); the last F of each part (from a line start) is validation, the rest training. Both are\n"
            "contiguous blocks of text spread over the whole corpus, never shuffled bytes. BPE merges are\n"
@@ -71,8 +80,10 @@ int cmd_prepare(int argc, char **argv) {
         print_help();
         return 0;
     }
-    for (int i = 0; i < argc; i++) /* token ids from another tool: cmd_prepare_tokens.c */
+    for (int i = 0; i < argc; i++) { /* token ids from another tool; synthetic tasks */
         if (!strcmp(argv[i], "--from")) return cmd_prepare_tokens(argc, argv);
+        if (!strcmp(argv[i], "--synthetic")) return cmd_prepare_synthetic(argc, argv);
+    }
     const char *inputs[MAX_INPUTS];
     int n_inputs = 0;
     const char *preset = NULL, *tokenizer_kind = "byte", *out_path = NULL;

@@ -26,6 +26,8 @@ int cmd_import(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 /* prepare --from llmc|nanogpt (cli/cmd_prepare_tokens.c). */
 int cmd_prepare_tokens(int argc, char **argv);
+/* prepare --synthetic prefix-sum|two-hop (cli/cmd_prepare_synthetic.c). */
+int cmd_prepare_synthetic(int argc, char **argv);
 
 /* Shared helpers. */
 int cli_wants_help(int argc, char **argv);

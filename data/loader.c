@@ -6,7 +6,11 @@
  * (rng, windows_drawn) is the whole stream state: copy both into a freshly
  * initialised loader and it continues the identical stream.
  * Validation: window i of a split starts at i*T and holds T + 1 tokens, so the
- * windows tile the split without overlap (each target is predicted once). */
+ * windows tile the split without overlap (each target is predicted once).
+ * Record files (data/tokens.h, record_len R): a window is the first T + 1
+ * tokens of one record, never straddling two (a task's state starts at its
+ * record): training draws the record uniformly, validation window i is
+ * record i. */
 #include "data/loader.h"
 
 #include <stdlib.h>
@@ -19,6 +23,11 @@ dt_status data_loader_init(data_loader *loader, data_tokens *tokens, int64_t bat
         return dt_errorf("loader: batch_size %lld and seq_len %lld must be >= 1", (long long)batch_size,
                          (long long)seq_len);
     int64_t n_train = tokens->split_length[SPLIT_TRAIN];
+    if (tokens->record_len && seq_len + 1 > tokens->record_len)
+        return dt_errorf("%s: windows of seq_len + 1 = %lld tokens do not fit in its records of record_len = %lld "
+                         "(set the sequence length to at most %lld)",
+                         tokens->path, (long long)(seq_len + 1), (long long)tokens->record_len,
+                         (long long)(tokens->record_len - 1));
     if (n_train < seq_len + 1)
         return dt_errorf("%s: /train has %lld tokens, fewer than seq_len + 1 = %lld", tokens->path, (long long)n_train,
                          (long long)(seq_len + 1));
@@ -41,10 +50,11 @@ void data_loader_free(data_loader *loader) {
 // inputs [B, T], targets [B, T]
 dt_status data_loader_next(data_loader *loader, int32_t *inputs, int32_t *targets) {
     const int64_t T = loader->seq_len;
-    /* Starts 0 .. n_train - T - 1 inclusive: n_train - T choices. */
-    uint64_t n_starts = (uint64_t)(loader->tokens->split_length[SPLIT_TRAIN] - T);
+    /* Streams: starts 0 .. n_train - T - 1 inclusive, n_train - T choices. Records: the start of one of them. */
+    const int64_t R = loader->tokens->record_len, n_train = loader->tokens->split_length[SPLIT_TRAIN];
+    uint64_t n_starts = (uint64_t)(R ? n_train / R : n_train - T);
     for (int64_t b = 0; b < loader->batch_size; b++) {
-        int64_t start = (int64_t)dt_rng_below(&loader->rng, n_starts);
+        int64_t start = (int64_t)dt_rng_below(&loader->rng, n_starts) * (R ? R : 1);
         loader->windows_drawn++;
         if (data_tokens_read(loader->tokens, SPLIT_TRAIN, start, T + 1, loader->window) != DT_OK) return DT_ERR;
         memcpy(inputs + b * T, loader->window, (size_t)T * sizeof *inputs);
@@ -56,6 +66,7 @@ dt_status data_loader_next(data_loader *loader, int32_t *inputs, int32_t *target
 int64_t data_split_windows(const data_tokens *tokens, data_split split, int64_t seq_len) {
     if (seq_len < 1 || (split != SPLIT_TRAIN && split != SPLIT_VAL)) return 0;
     int64_t n = tokens->split_length[split];
+    if (tokens->record_len) return seq_len + 1 <= tokens->record_len ? n / tokens->record_len : 0;
     /* Window i needs tokens [i*T, i*T + T]: i*T + T + 1 <= n. */
     return n >= seq_len + 1 ? (n - 1) / seq_len : 0;
 }
@@ -68,7 +79,7 @@ dt_status data_split_window(data_tokens *tokens, data_split split, int64_t index
         return dt_errorf("%s: window %lld of %s is out of range (%lld windows of %lld tokens)", tokens->path,
                          (long long)index, split == SPLIT_TRAIN ? "/train" : "/val", (long long)n_windows,
                          (long long)seq_len);
-    int64_t start = index * seq_len;
+    int64_t start = index * (tokens->record_len ? tokens->record_len : seq_len);
     /* No staging buffer: inputs holds tokens [start, start+T), targets reuses them shifted plus one more. */
     if (data_tokens_read(tokens, split, start, seq_len, inputs) != DT_OK) return DT_ERR;
     if (seq_len > 1) memcpy(targets, inputs + 1, (size_t)(seq_len - 1) * sizeof *targets);

@@ -3,7 +3,9 @@
  * Training: B random contiguous windows of T + 1 tokens from /train, drawn
  * from a seeded stream; the stream state (RNG + windows drawn) is part of a
  * checkpoint so a resumed run sees the same batches.
- * Evaluation: a deterministic sweep of non-overlapping windows of /val. */
+ * Evaluation: a deterministic sweep of non-overlapping windows of /val.
+ * Record files (record_len R, data/tokens.h): each window is the start of one
+ * record, so it needs T + 1 <= R. */
 #ifndef DATA_LOADER_H
 #define DATA_LOADER_H
 
@@ -18,7 +20,7 @@ typedef struct data_loader {
     int64_t seq_len;
     dt_rng rng;
     uint64_t windows_drawn;
-    int32_t *window;         /* [T + 1] staging buffer */
+    int32_t *window; /* [T + 1] staging buffer */
 } data_loader;
 
 /* Fails when the train split is shorter than T + 1 tokens. */
@@ -31,7 +33,7 @@ dt_status data_loader_next(data_loader *loader, int32_t *inputs, int32_t *target
 /* Number of non-overlapping windows of T + 1 tokens in a split (window i starts at i*T). */
 int64_t data_split_windows(const data_tokens *tokens, data_split split, int64_t seq_len);
 /* inputs, targets [T] of window i of the split. */
-dt_status data_split_window(data_tokens *tokens, data_split split, int64_t index, int64_t seq_len,
-                            int32_t *inputs, int32_t *targets);
+dt_status data_split_window(data_tokens *tokens, data_split split, int64_t index, int64_t seq_len, int32_t *inputs,
+                            int32_t *targets);
 
 #endif

@@ -44,7 +44,11 @@ typedef struct token_file_parts {
     const int32_t *val;
     int64_t n_val;
     const char *source;
+    int64_t record_len;       /* 0: streams */
+    const int32_t *answer[2]; /* record files: the answer marks of each split */
 } token_file_parts;
+
+static const char *const answer_names[2] = {"/train_answer", "/val_answer"};
 
 static dt_status write_token_file(hid_t file, const void *ctx) {
     const token_file_parts *p = ctx;
@@ -55,6 +59,11 @@ static dt_status write_token_file(hid_t file, const void *ctx) {
         status = h5_write_attr_string(file, "source", p->source && p->source[0] ? p->source : "unknown");
     if (status == DT_OK) status = write_split(file, "/train", p->train, p->n_train, file_type);
     if (status == DT_OK) status = write_split(file, "/val", p->val, p->n_val, file_type);
+    if (status == DT_OK && p->record_len) status = h5_write_attr_int(file, "record_len", p->record_len);
+    for (int s = 0; s < 2 && status == DT_OK && p->record_len; s++) {
+        int64_t shape[1] = {s ? p->n_val : p->n_train};
+        status = h5_write_i32(file, answer_names[s], p->answer[s], 1, shape);
+    }
     return status;
 }
 
@@ -66,8 +75,71 @@ dt_status data_tokens_write(const char *path, const data_tokenizer *tok, const i
         check_tokens(val, n_val, tok->vocab_size, "/val") != DT_OK)
         return dt_error_context("%s", path);
 
-    const token_file_parts parts = {tok, train, n_train, val, n_val, source};
+    const token_file_parts parts = {tok, train, n_train, val, n_val, source, 0, {NULL, NULL}};
     return h5_write_file(path, write_token_file, &parts);
+}
+
+dt_status data_tokens_write_records(const char *path, const data_tokenizer *tok, const int32_t *train, int64_t n_train,
+                                    const int32_t *val, int64_t n_val, const char *source, int64_t record_len,
+                                    const int32_t *train_answer, const int32_t *val_answer) {
+    if (!tok || !tok->token_length) return dt_errorf("%s: tokenizer is not initialised", path);
+    if (record_len < 2 || n_train % record_len || n_val % record_len || !train_answer || !val_answer)
+        return dt_errorf("%s: splits of %lld and %lld tokens are not whole records of %lld tokens with answer marks",
+                         path, (long long)n_train, (long long)n_val, (long long)record_len);
+    if (check_tokens(train, n_train, tok->vocab_size, "/train") != DT_OK ||
+        check_tokens(val, n_val, tok->vocab_size, "/val") != DT_OK)
+        return dt_error_context("%s", path);
+    const token_file_parts parts = {tok, train, n_train, val, n_val, source, record_len, {train_answer, val_answer}};
+    return h5_write_file(path, write_token_file, &parts);
+}
+
+/* A record file's record_len and answer datasets, checked against the splits. */
+static dt_status open_records(data_tokens *tokens) {
+    tokens->record_len = 0;
+    if (h5_has_attr(tokens->file, "record_len")) {
+        if (h5_read_attr_int(tokens->file, "record_len", &tokens->record_len) != DT_OK) return DT_ERR;
+        const int64_t R = tokens->record_len;
+        if (R < 2) return dt_errorf("attribute record_len = %lld must be >= 2", (long long)R);
+        for (int s = 0; s < 2; s++)
+            if (tokens->split_length[s] % R)
+                return dt_errorf("%s holds %lld tokens, not a whole number of records of record_len = %lld",
+                                 split_names[s], (long long)tokens->split_length[s], (long long)R);
+    }
+    for (int s = 0; s < 2; s++) {
+        tokens->has_answer[s] = h5_exists(tokens->file, answer_names[s]);
+        if (!tokens->has_answer[s]) continue;
+        int ndim = 0;
+        int64_t shape[4] = {0};
+        if (h5_dataset_shape(tokens->file, answer_names[s], &ndim, shape) != DT_OK) return DT_ERR;
+        if (ndim != 1 || shape[0] != tokens->split_length[s])
+            return dt_errorf("dataset '%s' must be 1-D of %lld marks, one per token of %s", answer_names[s],
+                             (long long)tokens->split_length[s], split_names[s]);
+    }
+    return DT_OK;
+}
+
+dt_status data_tokens_read_answers(data_tokens *tokens, data_split split, int32_t **answer) {
+    *answer = NULL;
+    if (split != SPLIT_TRAIN && split != SPLIT_VAL) return dt_errorf("%s: unknown split %d", tokens->path, (int)split);
+    if (!tokens->has_answer[split])
+        return dt_errorf("%s has no %s dataset (answer marks come with record files: dbranch prepare --synthetic)",
+                         tokens->path, answer_names[split]);
+    int64_t n = tokens->split_length[split];
+    int32_t *marks = malloc((size_t)(n ? n : 1) * sizeof *marks);
+    if (!marks) return dt_errorf("%s: out of memory for %lld answer marks", tokens->path, (long long)n);
+    int64_t shape[1] = {n};
+    if (h5_read_i32(tokens->file, answer_names[split], marks, 1, shape) != DT_OK) {
+        free(marks);
+        return dt_error_context("%s", tokens->path);
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (marks[i] != 0 && marks[i] != 1) {
+            free(marks);
+            return dt_errorf("%s: %s[%lld] = %d (answer marks are 0 or 1)", tokens->path, answer_names[split],
+                             (long long)i, marks[i]);
+        }
+    *answer = marks;
+    return DT_OK;
 }
 
 void data_tokens_close(data_tokens *tokens) {
@@ -132,6 +204,7 @@ dt_status data_tokens_open(data_tokens *tokens, const char *path) {
     tokens->vocab_size = tokens->tokenizer.vocab_size;
     for (int s = 0; s < 2 && status == DT_OK; s++)
         status = open_split(tokens, s);
+    if (status == DT_OK) status = open_records(tokens);
     if (status != DT_OK) {
         data_tokens_close(tokens);
         return dt_error_context("%s", path);

@@ -73,8 +73,8 @@ static dt_status check_options(const model *m, const data_tokens *data, const ev
 }
 
 /* Teacher-forced logits of one window through model_forward on a no-grad context. */
-static dt_status window_teacher_forced(model *m, ag_ctx *ctx, const int32_t *inputs, const int32_t *targets,
-                                       int64_t T, int64_t first, scorer *sc) {
+static dt_status window_teacher_forced(model *m, ag_ctx *ctx, const int32_t *inputs, const int32_t *targets, int64_t T,
+                                       int64_t first, scorer *sc) {
     ag_reset(ctx);
     dt_tensor *tokens = ag_tensor(ctx, DT_I32, DT_SHAPE(1, T));
     if (!tokens) return DT_ERR;
@@ -104,8 +104,13 @@ static dt_status window_decode(eval_decode_session *s, const int32_t *inputs, co
 dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o, eval_loss_result *result) {
     memset(result, 0, sizeof *result);
     int64_t T = o->seq_len ? o->seq_len : m->config.block_size;
+    /* A record file's windows are its records' first T + 1 tokens (data/loader.h). */
+    if (!o->seq_len && data->record_len && T > data->record_len - 1) T = data->record_len - 1;
     if (check_options(m, data, o, T) != DT_OK) return DT_ERR;
     int64_t available = data_split_windows(data, o->split, T);
+    if (available < 1 && data->record_len)
+        return dt_errorf("%s: windows of seq_len + 1 = %lld tokens do not fit in its records of record_len = %lld",
+                         data->path, (long long)(T + 1), (long long)data->record_len);
     if (available < 1)
         return dt_errorf("%s: the %s split holds fewer than %lld tokens (one window of seq_len + 1)", data->path,
                          o->split == SPLIT_VAL ? "val" : "train", (long long)(T + 1));
@@ -148,6 +153,7 @@ dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o,
             dt_error_context("window %lld", (long long)w);
             goto done;
         }
+        if (data->tokenizer.kind == TOKENIZER_EXTERNAL) continue; /* ids only: no bytes to count */
         uint8_t *text = NULL;
         size_t n_bytes = 0;
         if ((status = data_tokenizer_decode(&data->tokenizer, targets + first, T - first, &text, &n_bytes)) != DT_OK)
@@ -155,6 +161,7 @@ dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o,
         free(text);
         result->n_bytes += (int64_t)n_bytes;
     }
+    result->seq_len = T;
     result->n_windows = n_windows;
     result->n_tokens = sc.n_tokens;
     result->has_branch = sc.with_branch;

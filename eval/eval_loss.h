@@ -27,11 +27,11 @@
 typedef enum { EVAL_TEACHER_FORCED = 0, EVAL_DECODE = 1 } eval_loss_method;
 
 typedef struct eval_loss_options {
-    data_split split;            /* SPLIT_VAL by default */
-    int64_t n_windows;           /* 0: every window of the split; more than the split holds: all of them */
-    int64_t seq_len;             /* 0: the model's block_size */
-    int64_t prompt_len;          /* 0: score every position (teacher-forced only); P: positions P-1.. */
-    eval_loss_method method;     /* EVAL_DECODE needs prompt_len >= 1 */
+    data_split split;             /* SPLIT_VAL by default */
+    int64_t n_windows;            /* 0: every window of the split; more than the split holds: all of them */
+    int64_t seq_len;              /* 0: the model's block_size */
+    int64_t prompt_len;           /* 0: score every position (teacher-forced only); P: positions P-1.. */
+    eval_loss_method method;      /* EVAL_DECODE needs prompt_len >= 1 */
     eval_decode_mode decode_mode; /* engine mode for EVAL_DECODE (grouped by default) */
 } eval_loss_options;
 
@@ -41,6 +41,7 @@ typedef struct eval_loss_result {
     double loss_branch;   /* mean CE of the branch logits (0 without a branch) */
     double alpha_mean;    /* mean mixture weight (1 without a branch) */
     double bits_per_byte; /* loss / ln 2 * n_tokens / n_bytes */
+    int64_t seq_len;      /* T of each window */
     int64_t n_windows;    /* windows evaluated */
     int64_t n_tokens;     /* positions scored */
     int64_t n_bytes;      /* bytes of the scored target tokens */

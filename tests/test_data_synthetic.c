@@ -1,0 +1,229 @@
+/* The synthetic record tasks (data/synthetic.h) and record token files
+ * (data/tokens.h, data/loader.h): each task's records checked against its
+ * definition, recomputed here from the records' own tokens; record files
+ * round-trip; the loader and the validation sweep never straddle records;
+ * malformed record files are refused with the attribute named. */
+#include <criterion/criterion.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/h5.h"
+#include "data/loader.h"
+#include "data/synthetic.h"
+#include "data/tokenizer.h"
+#include "data/tokens.h"
+#include "support/scratch.h"
+
+static char dir[512];
+static void setup(void) { test_scratch_dir(dir, sizeof dir, "synthetic"); }
+static void teardown(void) { test_remove_dir(dir); }
+TestSuite(synthetic, .init = setup, .fini = teardown);
+
+/* Every record: ">" then digit/answer pairs, answer = running sum mod k as a letter, marks on answers only. */
+static void check_prefix_sum_split(const int32_t *tokens, const int32_t *answer, int64_t n, int64_t length, int64_t k) {
+    const int64_t R = 2 * length + 1;
+    cr_assert_eq(n % R, 0);
+    int digits_seen[10] = {0};
+    for (int64_t r = 0; r < n / R; r++) {
+        const int32_t *rec = tokens + r * R, *marks = answer + r * R;
+        cr_assert_eq(rec[0], '>', "record %lld starts with %d", (long long)r, rec[0]);
+        cr_assert_eq(marks[0], 0);
+        int64_t sum = 0;
+        for (int64_t i = 0; i < length; i++) {
+            int32_t digit = rec[1 + 2 * i] - '0';
+            cr_assert(digit >= 0 && digit < k, "digit %d outside [0, %lld)", digit, (long long)k);
+            digits_seen[digit]++;
+            sum += digit;
+            cr_assert_eq(rec[2 + 2 * i], 'a' + (int32_t)(sum % k), "record %lld answer %lld", (long long)r,
+                         (long long)i);
+            cr_assert_eq(marks[1 + 2 * i], 0);
+            cr_assert_eq(marks[2 + 2 * i], 1);
+        }
+    }
+    for (int64_t d = 0; d < k; d++)
+        cr_expect_gt(digits_seen[d], 0, "digit %lld never drawn", (long long)d);
+}
+
+Test(synthetic, prefix_sum_records_follow_the_definition) {
+    data_prefix_sum_options o = {.length = 12, .modulus = 3, .n_train = 50, .n_val = 7, .seed = 4};
+    data_records r;
+    cr_assert_eq(data_synthetic_prefix_sum(&o, &r), DT_OK, "%s", dt_error_message());
+    cr_expect_eq(r.record_len, 25);
+    cr_expect_eq(r.n_train, 50 * 25);
+    cr_expect_eq(r.n_val, 7 * 25);
+    check_prefix_sum_split(r.train, r.train_answer, r.n_train, 12, 3);
+    check_prefix_sum_split(r.val, r.val_answer, r.n_val, 12, 3);
+    data_records again, other;
+    cr_assert_eq(data_synthetic_prefix_sum(&o, &again), DT_OK);
+    o.seed = 5;
+    cr_assert_eq(data_synthetic_prefix_sum(&o, &other), DT_OK);
+    cr_expect(!memcmp(r.train, again.train, (size_t)r.n_train * sizeof *r.train), "one seed, one data set");
+    cr_expect(memcmp(r.train, other.train, (size_t)r.n_train * sizeof *r.train), "another seed, other data");
+    data_records_free(&r);
+    data_records_free(&again);
+    data_records_free(&other);
+}
+
+Test(synthetic, prefix_sum_rejects_bad_options) {
+    data_records r;
+    data_prefix_sum_options o = {.length = 4, .modulus = 11, .n_train = 1, .n_val = 1, .seed = 1};
+    cr_expect_eq(data_synthetic_prefix_sum(&o, &r), DT_ERR);
+    cr_expect(strstr(dt_error_message(), "--modulus") != NULL, "%s", dt_error_message());
+    o.modulus = 2;
+    o.length = 0;
+    cr_expect_eq(data_synthetic_prefix_sum(&o, &r), DT_ERR);
+    cr_expect(strstr(dt_error_message(), "--length") != NULL, "%s", dt_error_message());
+}
+
+/* Graph facts read back from the atomic training records: tail[(head - first) * Rel + r], -1 unseen. */
+Test(synthetic, two_hop_graphs_are_disjoint_and_queries_compose_the_facts) {
+    const int64_t N = 15, Rel = 3;
+    data_two_hop_options o = {.entities = N, .relations = Rel, .seed = 2};
+    data_records r;
+    cr_assert_eq(data_synthetic_two_hop(&o, &r), DT_OK, "%s", dt_error_message());
+    const int64_t first = DATA_TWO_HOP_FIRST_RELATION + Rel, R = r.record_len;
+    cr_assert_eq(R, 5);
+    cr_expect_eq(r.vocab_size, first + 2 * N);
+    int64_t *tail = malloc((size_t)(2 * N * Rel) * sizeof *tail);
+    for (int64_t i = 0; i < 2 * N * Rel; i++)
+        tail[i] = -1;
+    int64_t n_atomic = 0, n_two_hop = 0;
+    for (int64_t k = 0; k < r.n_train / R; k++) { /* pass 1: the atomic facts */
+        const int32_t *rec = r.train + k * R, *marks = r.train_answer + k * R;
+        cr_assert_eq(rec[0], DATA_TWO_HOP_BOS);
+        if (rec[4] != DATA_TWO_HOP_EOS) continue;
+        int64_t head = rec[1] - first, rel = rec[2] - DATA_TWO_HOP_FIRST_RELATION, t = rec[3] - first;
+        cr_assert(head >= 0 && head < 2 * N && rel >= 0 && rel < Rel && t >= 0 && t < 2 * N);
+        cr_expect_eq(head / N, t / N, "an edge leaves its graph");
+        cr_expect_eq(tail[head * Rel + rel], -1, "fact (%lld, %lld) stated twice", (long long)head, (long long)rel);
+        tail[head * Rel + rel] = t;
+        cr_expect(marks[3] == 1 && marks[0] + marks[1] + marks[2] + marks[4] == 0, "atomic answer mark");
+        n_atomic++;
+    }
+    cr_expect_eq(n_atomic, 2 * N * Rel, "every fact of both graphs trains");
+    for (int64_t k = 0; k < r.n_train / R; k++) { /* pass 2: graph A's two-hop queries */
+        const int32_t *rec = r.train + k * R;
+        if (rec[4] == DATA_TWO_HOP_EOS) continue;
+        int64_t head = rec[1] - first, r1 = rec[2] - DATA_TWO_HOP_FIRST_RELATION,
+                r2 = rec[3] - DATA_TWO_HOP_FIRST_RELATION;
+        cr_assert(head < N, "a training two-hop query from graph B (entity %lld)", (long long)head);
+        cr_expect_eq(rec[4] - first, tail[tail[head * Rel + r1] * Rel + r2]);
+        cr_expect_eq(r.train_answer[k * R + 4], 1);
+        n_two_hop++;
+    }
+    cr_expect_eq(n_two_hop, N * Rel * Rel);
+    for (int64_t k = 0; k < r.n_val / R; k++) { /* validation: graph B only, answers from the training facts */
+        const int32_t *rec = r.val + k * R;
+        int64_t head = rec[1] - first, r1 = rec[2] - DATA_TWO_HOP_FIRST_RELATION,
+                r2 = rec[3] - DATA_TWO_HOP_FIRST_RELATION;
+        cr_assert(head >= N && head < 2 * N, "validation query from graph A");
+        cr_expect_eq(rec[4] - first, tail[tail[head * Rel + r1] * Rel + r2]);
+        cr_expect_eq(r.val_answer[k * R + 4], 1);
+    }
+    cr_expect_eq(r.n_val / R, N * Rel * Rel);
+    free(tail);
+    data_records_free(&r);
+}
+
+/* A prefix-sum record file on disk, opened. */
+static void write_prefix_sum_file(const char *path, int64_t length, int64_t n_train, int64_t n_val, data_records *r) {
+    data_prefix_sum_options o = {.length = length, .modulus = 2, .n_train = n_train, .n_val = n_val, .seed = 3};
+    cr_assert_eq(data_synthetic_prefix_sum(&o, r), DT_OK);
+    data_tokenizer tok;
+    cr_assert_eq(data_tokenizer_byte(&tok), DT_OK);
+    cr_assert_eq(data_tokens_write_records(path, &tok, r->train, r->n_train, r->val, r->n_val, r->source, r->record_len,
+                                           r->train_answer, r->val_answer),
+                 DT_OK, "%s", dt_error_message());
+    data_tokenizer_free(&tok);
+}
+
+Test(synthetic, record_files_round_trip_and_windows_start_records) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/parity.h5", dir);
+    data_records r;
+    enum { L = 20, R = 2 * L + 1, N_TRAIN = 40, N_VAL = 6 }; /* 2^20 digit strings: the records are distinct */
+    write_prefix_sum_file(path, L, N_TRAIN, N_VAL, &r);
+    data_tokens data;
+    cr_assert_eq(data_tokens_open(&data, path), DT_OK, "%s", dt_error_message());
+    cr_expect_eq(data.record_len, R);
+    cr_expect(data.has_answer[SPLIT_TRAIN] && data.has_answer[SPLIT_VAL]);
+    int32_t *marks = NULL;
+    cr_assert_eq(data_tokens_read_answers(&data, SPLIT_VAL, &marks), DT_OK, "%s", dt_error_message());
+    cr_expect(!memcmp(marks, r.val_answer, (size_t)r.n_val * sizeof *marks));
+    free(marks);
+
+    /* Validation: window i is record i, for any T + 1 <= R. */
+    int32_t inputs[R - 1], targets[R - 1];
+    for (int64_t T = 4; T <= R - 1; T += R - 5) {
+        cr_expect_eq(data_split_windows(&data, SPLIT_VAL, T), N_VAL);
+        for (int64_t w = 0; w < N_VAL; w++) {
+            cr_assert_eq(data_split_window(&data, SPLIT_VAL, w, T, inputs, targets), DT_OK);
+            cr_expect(!memcmp(inputs, r.val + w * R, (size_t)T * sizeof *inputs), "window %lld", (long long)w);
+            cr_expect(!memcmp(targets, r.val + w * R + 1, (size_t)T * sizeof *targets));
+        }
+    }
+    cr_expect_eq(data_split_windows(&data, SPLIT_VAL, R), 0, "T + 1 > R: no window");
+
+    /* Training: every row of every batch is a whole record. */
+    data_loader loader;
+    cr_assert_eq(data_loader_init(&loader, &data, 4, R - 1, 7), DT_OK, "%s", dt_error_message());
+    int32_t batch_in[4 * (R - 1)], batch_target[4 * (R - 1)];
+    int seen[N_TRAIN] = {0};
+    for (int step = 0; step < 50; step++) {
+        cr_assert_eq(data_loader_next(&loader, batch_in, batch_target), DT_OK);
+        for (int b = 0; b < 4; b++) {
+            int found = -1;
+            for (int k = 0; k < N_TRAIN && found < 0; k++)
+                if (!memcmp(batch_in + b * (R - 1), r.train + k * R, (R - 1) * sizeof(int32_t)) &&
+                    batch_target[b * (R - 1) + R - 2] == r.train[k * R + R - 1])
+                    found = k;
+            cr_assert_geq(found, 0, "row %d of step %d is not a record", b, step);
+            seen[found] = 1;
+        }
+    }
+    int distinct = 0;
+    for (int k = 0; k < N_TRAIN; k++)
+        distinct += seen[k];
+    cr_expect_gt(distinct, 35, "200 uniform draws reached only %d of 40 records", distinct);
+    data_loader_free(&loader);
+
+    cr_expect_eq(data_loader_init(&loader, &data, 4, R, 7), DT_ERR, "T + 1 > R");
+    cr_expect(strstr(dt_error_message(), "record_len") != NULL, "%s", dt_error_message());
+    data_tokens_close(&data);
+    data_records_free(&r);
+}
+
+Test(synthetic, malformed_record_files_are_refused) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bad.h5", dir);
+    data_records r;
+    write_prefix_sum_file(path, 3, 10, 2, &r); /* R = 7 */
+    hid_t file;
+    cr_assert_eq(h5_open(path, 1, &file), DT_OK);
+    H5Adelete(file, "record_len");
+    cr_assert_eq(h5_write_attr_int(file, "record_len", 6), DT_OK); /* 70 tokens are not whole records of 6 */
+    H5Fclose(file);
+    data_tokens data;
+    cr_expect_eq(data_tokens_open(&data, path), DT_ERR);
+    cr_expect(strstr(dt_error_message(), "record_len") != NULL && strstr(dt_error_message(), path) != NULL, "%s",
+              dt_error_message());
+
+    data_records_free(&r);
+    write_prefix_sum_file(path, 3, 10, 2, &r);
+    cr_assert_eq(h5_open(path, 1, &file), DT_OK);
+    H5Ldelete(file, "/val_answer", H5P_DEFAULT);
+    int32_t marks[14] = {0};
+    marks[5] = 2;
+    int64_t shape[1] = {14};
+    cr_assert_eq(h5_write_i32(file, "/val_answer", marks, 1, shape), DT_OK);
+    H5Fclose(file);
+    cr_assert_eq(data_tokens_open(&data, path), DT_OK, "%s", dt_error_message());
+    int32_t *read = NULL;
+    cr_expect_eq(data_tokens_read_answers(&data, SPLIT_VAL, &read), DT_ERR);
+    cr_expect(strstr(dt_error_message(), "/val_answer[5] = 2") != NULL, "%s", dt_error_message());
+    cr_expect_null(read);
+    data_tokens_close(&data);
+    data_records_free(&r);
+}
