@@ -141,7 +141,9 @@ dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, const
     if (!p->contexts || !p->row_begin || !p->input_views || !p->target_views || !p->outputs || !p->extra_grads)
         goto oom;
     if (m->config.family == FAMILY_MOE) {
-        p->balance_sums = calloc((size_t)(2 * m->config.n_layer * m->config.n_expert), sizeof *p->balance_sums);
+        /* one term per application of a MoE layer (n_loop: SPEC §6.6) */
+        p->balance_sums =
+            calloc((size_t)(2 * m->arch.n_loop * m->config.n_layer * m->config.n_expert), sizeof *p->balance_sums);
         if (!p->balance_sums) goto oom;
     }
     for (int w = 0; w < workers; w++)
@@ -311,8 +313,8 @@ static dt_status combine_balance(train_parallel *p, const int64_t *row_begin, in
         const double weight = (double)(row_begin[w + 1] - row_begin[w]) / (double)total_rows;
         aux_workers += weight * scalar_or_nan(out->aux);
     }
-    /* aux is the mean over layers, weighted by aux_loss_coef in the objective. */
-    *correction = c->aux_loss_coef * (aux_batch / (double)c->n_layer - aux_workers);
+    /* aux is the mean over the MoE layers' terms (n_loop: every application), weighted by aux_loss_coef. */
+    *correction = c->aux_loss_coef * (aux_batch / (double)layers - aux_workers);
     return DT_OK;
 }
 
