@@ -27,8 +27,8 @@ dt_tensor *model_disco_forward(ag_ctx *ctx, const model *m, dt_tensor *h, dt_ten
     return ag_add(ctx, h, injected);
 }
 
-int64_t model_disco_row_floats(const model_arch *a) {
-    return a->disco_top * a->C + a->C + (a->disco_gate_learned ? a->C + 1 : 0);
+int64_t model_disco_rows_floats(const model_arch *a, int64_t M) {
+    return M * a->disco_top * a->C + a->C + (a->disco_gate_learned ? a->C + 1 : 0);
 }
 
 int64_t model_disco_rows(const model *m, float *h, float *logits, int64_t M, const model_disco_scratch *scratch) {

@@ -43,9 +43,9 @@ typedef struct model_disco_scratch {
  * product), disco.norm and the gate. */
 int64_t model_disco_rows(const model *m, float *h, float *logits, int64_t M, const model_disco_scratch *scratch);
 
-/* Weight floats one decode row's boundary reads beyond the head: the kept
- * rows of W_out, disco.norm, and the learned gate (the cost model's figure,
- * models/model_info.c; equal to model_disco_rows with M = 1). */
-int64_t model_disco_row_floats(const model_arch *a);
+/* Weight floats model_disco_rows reads for M <= 2 rows (a decode step):
+ * each row's kept rows of W_out, disco.norm, and the learned gate (the cost
+ * model's figure, models/model_info.c). */
+int64_t model_disco_rows_floats(const model_arch *a, int64_t M);
 
 #endif
