@@ -679,13 +679,11 @@ void eval_decode_mixture(const eval_decode_session *s, float *probs) {
         if (lp[v] > max_p) max_p = lp[v];
         if (lq[v] > max_q) max_q = lq[v];
     }
-    for (int64_t v = 0; v < V; v++)
-        sum_p += exp((double)lp[v] - max_p);
+    for (int64_t v = 0; v < V; v++) sum_p += exp((double)lp[v] - max_p);
     double alpha = s->run_branch ? s->alpha : 1.0,
            beta = s->run_branch ? s->one_minus_alpha : 0.0; /* beta = 1 - alpha */
     if (beta > 0.0)
-        for (int64_t v = 0; v < V; v++)
-            sum_q += exp((double)lq[v] - max_q);
+        for (int64_t v = 0; v < V; v++) sum_q += exp((double)lq[v] - max_q);
     for (int64_t v = 0; v < V; v++) {
         double r = alpha * exp((double)lp[v] - max_p) / sum_p;
         if (beta > 0.0) r += beta * exp((double)lq[v] - max_q) / sum_q;

@@ -14,10 +14,10 @@
 
 /* One layer's tensors, in floats, split by what a decode step does with them. */
 typedef struct {
-    int64_t norms;       /* attn_norm, ffn_norm (+ biases) */
+    int64_t norms;    /* attn_norm, ffn_norm (+ biases) */
     int64_t routes;      /* attn_res: the layer's two routes' query and norm weight */
     int64_t routes_read; /* the part a decode step reads (layer 0's attention route: none) */
-    int64_t q, kv, o;    /* wq; wk + wv; wo (weights only) */
+    int64_t q, kv, o; /* wq; wk + wv; wo (weights only) */
     int64_t q_bias, kv_bias, o_bias;
     model_ffn_cost ffn; /* the FFN kind's own figures */
     int64_t couple;     /* couple_q + couple_hidden + couple_out (0 without coupling) */

@@ -93,6 +93,9 @@ static dt_status replica_init(model *replica, const model *m) {
     replica->branch_tok_emb = remap(m, replica, m->branch_tok_emb);
     replica->route_final_query = remap(m, replica, m->route_final_query);
     replica->route_final_norm = remap(m, replica, m->route_final_norm);
+    replica->disco_norm = remap(m, replica, m->disco_norm);
+    replica->disco_gate_weight = remap(m, replica, m->disco_gate_weight);
+    replica->disco_gate_bias = remap(m, replica, m->disco_gate_bias);
     for (int64_t l = 0; l < m->config.n_layer; l++) {
         model_layer *layer = &replica->layers[l];
         *layer = m->layers[l];
