@@ -320,6 +320,13 @@ Test(decode_reference, nanogpt_prism) { check_reference("options/09_nanogpt_pris
 Test(decode_reference, moe_triplu_prodnorm) { check_reference("options/16_moe_triplu_prodnorm.h5"); }
 Test(decode_reference, llama_attnres_mhar_branch) { check_reference("options/10_llama_attnres_mhar_branch.h5"); }
 Test(decode_reference, llama_attnres_block) { check_reference("options/15_llama_attnres_block.h5"); }
+Test(decode_reference, nanogpt_disco) { check_reference("options/13_nanogpt_disco.h5"); }
+Test(decode_reference, loop_heldout) {
+    check_reference("options_heldout/llama_loop3.h5");
+    check_reference("options_heldout/nanogpt_disco_learned_top5.h5");
+    check_reference("options_heldout/moe_disco_learned_loop3.h5");
+    check_reference("options_heldout/llama_disco_tied_top64.h5");
+}
 
 /* ---- what grouping saves ------------------------------------------------- */
 

@@ -163,6 +163,23 @@ Test(reference, option_heldout_files) {
     cr_log_info("%d held-out option files pass, %d refused (not implemented yet)", n_pass, n_refused);
 }
 
+/* SPEC §6.6's held-out files (tests/tools/spec_reference_loop.py): a plain
+ * loop, DiscoLoop with the learned gate and top-k, disco_top = 0, tied
+ * heads, MoE with loops (aux over K·L terms); each must be present and pass. */
+Test(reference, loop_heldout_files_pass) {
+    const char *names[] = {"llama_loop3",           "nanogpt_disco_learned_top5", "llama_disco_top0_loop3",
+                           "moe_loop2_aux",         "moe_disco_learned_loop3",    "llama_disco_tied_top64"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[2048];
+        snprintf(path, sizeof path, "%s/tests/reference/options_heldout/%s.h5", source_dir(), names[i]);
+        model_reference_report report;
+        cr_assert_eq(model_reference_check(path, &report), DT_OK, "%s: %s", path, dt_error_message());
+        cr_expect_eq(report.n_failed, 0, "%s: %d of %d quantities fail", path, report.n_failed, report.n_lines);
+        cr_expect_gt(report.n_lines, 10, "%s: too few quantities compared", path);
+        model_reference_report_free(&report);
+    }
+}
+
 Test(reference, shared_files_pass_when_present) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/../shared/reference", source_dir());
