@@ -167,8 +167,8 @@ Test(reference, option_heldout_files) {
  * loop, DiscoLoop with the learned gate and top-k, disco_top = 0, tied
  * heads, MoE with loops (aux over K·L terms); each must be present and pass. */
 Test(reference, loop_heldout_files_pass) {
-    const char *names[] = {"llama_loop3",           "nanogpt_disco_learned_top5", "llama_disco_top0_loop3",
-                           "moe_loop2_aux",         "moe_disco_learned_loop3",    "llama_disco_tied_top64"};
+    const char *names[] = {"llama_loop3",   "nanogpt_disco_learned_top5", "llama_disco_top0_loop3",
+                           "moe_loop2_aux", "moe_disco_learned_loop3",    "llama_disco_tied_top64"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[2048];
         snprintf(path, sizeof path, "%s/tests/reference/options_heldout/%s.h5", source_dir(), names[i]);
