@@ -136,7 +136,8 @@ Test(reference, option_files_pass) {
  * independent float64 implementation of SPEC §6): every file of an
  * implemented option passes; the others are refused as not implemented yet.
  * 22 files cover SPEC §6.1-§6.3 (product FFNs, per-layer heads, attention
- * residuals), the rest §6.4 (ALiBi, recurrent). */
+ * residuals), the rest §6.4 (ALiBi, recurrent) and §6.6 (loops, DiscoLoop:
+ * tests/tools/spec_reference_loop.py). */
 Test(reference, option_heldout_files) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tests/reference/options_heldout", source_dir());
