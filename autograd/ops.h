@@ -109,4 +109,15 @@ dt_tensor *ag_moe_balance(ag_ctx *ctx, dt_tensor *router_logits, const float *fr
 dt_tensor *ag_moe_balance_ex(ag_ctx *ctx, dt_tensor *router_logits, const float *fractions, float **fractions_read,
                              float *mean_probs);
 
+/* ---- DiscoLoop (SPEC §6.6, autograd/ops_disco.c) ---- */
+/* x [M, N] -> [M, N]: softmax over each row's `top` largest entries (ties:
+ * lower index first; top >= N: all), zero elsewhere. The kept set is a
+ * constant: the gradient flows through the kept probabilities only. */
+dt_tensor *ag_topk_softmax(ag_ctx *ctx, dt_tensor *x, int64_t top);
+/* p [M, N] (a distribution per row), table [N, C] -> [M, C] = p · table: the
+ * expected row of the table (no transpose, unlike ag_linear). */
+dt_tensor *ag_expected_rows(ag_ctx *ctx, dt_tensor *p, dt_tensor *table);
+/* x [M, C], weight [C], bias [1] -> [M] = sigmoid(x · weight + bias): one gate per row. */
+dt_tensor *ag_sigmoid_gate(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias);
+
 #endif

@@ -95,10 +95,11 @@ static void print_info(const char *source, const model_info *info) {
     const int64_t hd = model_head_dim(c);
     printf("\nmatmul parameters per token: primary %lld", (long long)info->matmul_params_primary);
     if (branch) printf(", branch row %lld (no K/V projections)", (long long)info->matmul_params_branch);
-    printf("\nprefill FLOPs/token (primary, T = block_size = %lld): 2 x %lld + n_layer x 4 x T x H*hd (%lld) = %.0f "
+    printf("\nprefill FLOPs/token (primary, T = block_size = %lld): 2 x %lld + %sn_layer x 4 x T x H*hd (%lld) = %.0f "
            "(%s)\n",
-           (long long)c->block_size, (long long)info->matmul_params_primary, (long long)(c->n_head * hd),
-           info->prefill_flops_per_token, human(info->prefill_flops_per_token, a, sizeof a));
+           (long long)c->block_size, (long long)info->matmul_params_primary, c->n_loop > 1 ? "n_loop x " : "",
+           (long long)(c->n_head * hd), info->prefill_flops_per_token,
+           human(info->prefill_flops_per_token, a, sizeof a));
 
     printf("\ndecode step at context %lld        FLOPs    weight bytes     KV bytes", (long long)info->context);
     if (c->family == FAMILY_MOE) printf("   experts/layer");

@@ -39,9 +39,12 @@
 #include "kernels/softmax.h"
 #include "kernels/topk.h"
 #include "models/attn_res.h"
+#include "models/disco.h"
 
 /* Most experts a row may choose (routing scratch lives on the stack). */
 enum { MAX_TOP_K = MODEL_MAX_TOP_K };
+/* Prompt rows per DiscoLoop pass of a prefill (its logits scratch is [DISCO_CHUNK, V]). */
+enum { DISCO_CHUNK = 16 };
 
 /* Sizes used everywhere below, read once from the config. */
 typedef struct shapes {
@@ -87,10 +90,11 @@ static shapes layer_shapes(const model *m, int64_t l) {
     return d;
 }
 
-/* Layer l's K (or V) cache: [n_pos_max, Hkv_l*hd_l] rows; layers are spaced
- * by the widest layer's rows. */
-static float *cache_of(const eval_decode_session *s, float *cache, int64_t l) {
-    return cache + l * s->n_pos_max * s->model->arch.max_kv_width;
+/* The K (or V) cache of applied layer j (layer j % L of application j / L,
+ * SPEC §6.6: every application has its own): [n_pos_max, Hkv_l*hd_l] rows;
+ * layers are spaced by the widest layer's rows. */
+static float *cache_of(const eval_decode_session *s, float *cache, int64_t j) {
+    return cache + j * s->n_pos_max * s->model->arch.max_kv_width;
 }
 
 static const float *data_of(const dt_tensor *t) { return t ? (const float *)t->data : NULL; }
@@ -116,9 +120,9 @@ const char *eval_decode_mode_name(eval_decode_mode mode) {
  * passes when un-grouped. The bound
  * below keeps a margin (3 and 10 / 9 + 4 per pair); tests check no step
  * overflows it. */
-static int64_t team_stages(const shapes *d) {
+static int64_t team_stages(const shapes *d, int64_t n_loop) {
     int64_t per_layer = d->moe ? 9 + 4 * (d->top_k + d->top_k_branch) : 10;
-    return 2 * (3 + d->L * per_layer) + 8;
+    return 2 * (3 + n_loop * d->L * per_layer + 4 * (n_loop - 1)) + 8; /* + a DiscoLoop boundary's stages */
 }
 
 /* Two passes over the same layout: the first (arena NULL) sums the sizes so the
@@ -144,8 +148,17 @@ static void layout(eval_decode_session *s, planner *p) {
     shapes d = shapes_of(s->model);
     int64_t T = s->n_pos_max, P = s->max_prompt, k = d.top_k > 0 ? d.top_k : 1;
     const size_t f = sizeof(float), i = sizeof(int32_t);
-    s->k_cache = take(p, d.L * T * d.kvdim, f);
-    s->v_cache = take(p, d.L * T * d.kvdim, f);
+    const model_arch *a = &s->model->arch;
+    s->k_cache = take(p, a->n_loop * d.L * T * d.kvdim, f); /* n_loop applications, each its own K/V */
+    s->v_cache = take(p, a->n_loop * d.L * T * d.kvdim, f);
+    if (a->disco) { /* DiscoLoop scratch: the step's rows, or a prefill chunk of them */
+        const int64_t R = DISCO_CHUNK;
+        s->disco_logits = take(p, R * d.V, f);
+        s->disco.p = take(p, R * d.V, f);
+        s->disco.idx = take(p, R * a->disco_top, i);
+        s->disco.phi = take(p, R * d.C, f);
+        s->disco.rstd = take(p, R, f);
+    }
     s->q1 = take(p, d.L * d.qdim, f);
     s->z1 = take(p, d.L * d.F, f);
     s->m1 = take(p, d.L * d.C, f);
@@ -177,7 +190,7 @@ static void layout(eval_decode_session *s, planner *p) {
     r->attn_scratch = take(p, 2 * d.H * T, f);
     r->route_index = take(p, d.L * 2 * MAX_TOP_K, i);
     r->route_gates = take(p, d.L * 2 * MAX_TOP_K, f);
-    s->team.n_stages = (int)team_stages(&d);
+    s->team.n_stages = (int)team_stages(&d, a->n_loop);
     s->team.stages = take(p, s->team.n_stages, sizeof(eval_team_stage));
 
     /* Prefill rows: the prompt plus the branch row that grouped mode appends. */
@@ -423,16 +436,17 @@ static void ffn_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
  * branch row's query is coupled to q1; then RoPE on the queries. It only
  * touches those heads, so the attention item of a kv head does it for its own
  * heads: no separate serial stage (one synchronisation less per layer). */
-static void prepare_heads(eval_decode_session *s, int64_t l, int64_t pos, int row0, int n_rows, int64_t kv_begin,
+static void prepare_heads(eval_decode_session *s, int64_t j, int64_t pos, int row0, int n_rows, int64_t kv_begin,
                           int64_t kv_end) {
     const model *m = s->model;
+    const int64_t l = j % m->arch.L; /* applied layer j: layer l, its own cache */
     const shapes d = layer_shapes(m, l);
     const model_layer *layer = &m->layers[l];
     const model_position_kind *position = m->arch.position;
     const int64_t group = d.H / d.Hkv, q_begin = kv_begin * group * d.hd, q_len = (kv_end - kv_begin) * group * d.hd;
     float *q = s->rows.q, *q1 = s->q1 + l * m->arch.max_q_width;
     if (row0 == 0) {
-        float *k_row = cache_of(s, s->k_cache, l) + pos * d.kvdim;        // [Hkv*hd]
+        float *k_row = cache_of(s, s->k_cache, j) + pos * d.kvdim;        // [Hkv*hd]
         memcpy(q1 + q_begin, q + q_begin, (size_t)q_len * sizeof(float)); /* before RoPE */
         if (position->rotary)
             position->rotate_heads(k_row + kv_begin * d.hd, layer->rope_table, pos, kv_end - kv_begin, d.hd);
@@ -451,7 +465,7 @@ static void prepare_heads(eval_decode_session *s, int64_t l, int64_t pos, int ro
  * then runs the decode attention kernel's core on its kv head. */
 typedef struct attention_args {
     eval_decode_session *s;
-    int64_t l, pos;
+    int64_t j, pos; /* applied layer, position */
     int row0, n_rows;
     float *out;           /* [n_rows, H*hd] */
     const float *q;       /* [n_rows, H*hd] */
@@ -463,25 +477,25 @@ typedef struct attention_args {
 
 static void attention_kv_head(int64_t kv_head, void *arg) {
     const attention_args *a = arg;
-    prepare_heads(a->s, a->l, a->pos, a->row0, a->n_rows, kv_head, kv_head + 1);
+    prepare_heads(a->s, a->j, a->pos, a->row0, a->n_rows, kv_head, kv_head + 1);
     k_attention_decode_range(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd, kv_head,
                              kv_head + 1, a->scratch);
 }
 
 /* Attention of rows [row0, row0 + n_rows) at layer l, position pos; the
  * queries (rows.q) come straight from the Wq product (prepare_heads runs here). */
-static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int row0, int n_rows) {
-    const shapes d = layer_shapes(s->model, l);
+static void attention_rows(eval_decode_session *s, int64_t j, int64_t pos, int row0, int n_rows) {
+    const shapes d = layer_shapes(s->model, j % s->model->arch.L);
     float *out = s->rows.y + row0 * d.qdim, *q = s->rows.q + row0 * d.qdim;
-    const float *k_cache = cache_of(s, s->k_cache, l), *v_cache = cache_of(s, s->v_cache, l);
+    const float *k_cache = cache_of(s, s->k_cache, j), *v_cache = cache_of(s, s->v_cache, j);
     count(s, &s->traffic.kv_read_bytes, 2.0 * (double)(pos + 1) * (double)d.kvdim * 4.0);
     if (!eval_team_active()) { /* the kernel, threaded by itself */
-        prepare_heads(s, l, pos, row0, n_rows, 0, d.Hkv);
+        prepare_heads(s, j, pos, row0, n_rows, 0, d.Hkv);
         k_attention_decode(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, s->rows.attn_scratch);
         return;
     }
     attention_args a = {.s = s,
-                        .l = l,
+                        .j = j,
                         .pos = pos,
                         .row0 = row0,
                         .n_rows = n_rows,
@@ -523,6 +537,24 @@ static void count_route(eval_decode_session *s, const dt_tensor *query, const dt
     if (s->model->arch.routed) count_weight(s, query->size + norm_w->size);
 }
 
+/* DiscoLoop at the end of an application k < K (SPEC §6.6) for rows
+ * [row0, row0 + n_rows), whose x holds Norm_f(h): the head into s->logits
+ * (its rows are the step's scratch until the last application's head), then
+ * h += a ⊙ RMSNorm_d(p W_out) and x = the first layer's attention norm of h. */
+static void disco_step(eval_decode_session *s, int row0, int n_rows) {
+    const model *m = s->model;
+    const int64_t C = m->arch.C, V = m->arch.V;
+    float *h = s->rows.h + row0 * C, *x = s->rows.x + row0 * C;
+    count_norm(s, m->final_norm, m->final_norm_bias);
+    rows_linear(s, s->logits, s->rows.x, row0, n_rows, m->lm_head, NULL, m->lm_head, NULL, C, V);
+    flush(s);
+    count_weight(s, model_disco_rows_floats(&m->arch, n_rows));
+    EVAL_TEAM_SERIAL(&s->team) {
+        model_disco_rows(m, h, s->logits + row0 * V, n_rows, &s->disco);
+        norm(s, x, s->rows.mean, s->rows.rstd, h, m->layers[0].attn_norm, m->layers[0].attn_norm_bias, n_rows, C);
+    }
+}
+
 /* Decode position `pos` for rows [row0, row0 + n_rows) with input token `token`:
  * row 0 (primary) writes K/V at pos and keeps q1, z1, m1, router logits; row 1
  * (branch) reads them. Leaves the rows' logits in s->logits. Run by every
@@ -552,10 +584,13 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         norm(s, x, r->mean, r->rstd, h, m->layers[0].attn_norm, m->layers[0].attn_norm_bias, n_rows, d.C);
     }
     count_weight(s, n_rows * d.C + (m->pos_emb ? d.C : 0)); /* the rows' embedding rows, one pos_emb row for both */
-    for (int64_t l = 0; l < d.L; l++) {
+    const int64_t n_applied = m->arch.n_loop * d.L;         /* SPEC §6.6: the stack n_loop times */
+    for (int64_t j = 0; j < n_applied; j++) {
+        const int64_t l = j % d.L;
+        const int boundary = l + 1 == d.L && j + 1 < n_applied; /* the end of an application k < K */
         const model_layer *layer = &m->layers[l];
         const model_block_weights *p = &layer->primary, *b = &layer->branch;
-        float *k_cache = cache_of(s, s->k_cache, l), *v_cache = cache_of(s, s->v_cache, l);
+        float *k_cache = cache_of(s, s->k_cache, j), *v_cache = cache_of(s, s->v_cache, j);
         const shapes dl = layer_shapes(m, l);
 
         count_norm(s, layer->attn_norm, layer->attn_norm_bias); /* x = attention norm of h: computed above */
@@ -567,7 +602,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         }
         flush(s); /* Wq (both rows), Wk, Wv in one stage */
         /* both queries in one pass over the cache */
-        attention_rows(s, l, pos, row0, n_rows);
+        attention_rows(s, j, pos, row0, n_rows);
         if (has_branch_row) count_coupling(s, layer); /* the branch row reads the layer's coupling vectors */
         rows_linear(s, r->o, r->y, row0, n_rows, p->wo, p->wo_bias, b->wo, b->wo_bias, dl.qdim, d.C);
         flush(s);
@@ -588,11 +623,14 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             if (l + 1 < d.L)
                 norm(s, x, r->mean, r->rstd, h, m->layers[l + 1].attn_norm, m->layers[l + 1].attn_norm_bias, n_rows,
                      d.C);
-            else
+            else if (boundary && !m->arch.disco) /* the next application starts on h itself */
+                norm(s, x, r->mean, r->rstd, h, m->layers[0].attn_norm, m->layers[0].attn_norm_bias, n_rows, d.C);
+            else /* the head's input: the output, or DiscoLoop's logits */
                 norm(s, x, r->mean, r->rstd, h, m->final_norm, m->final_norm_bias, n_rows, d.C);
         }
         count_route(s, l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
                     l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
+        if (boundary && m->arch.disco) disco_step(s, row0, n_rows);
     }
     count_norm(s, m->final_norm, m->final_norm_bias);
     rows_linear(s, s->logits, r->x, row0, n_rows, m->lm_head, NULL, m->lm_head, NULL, d.C, d.V);
@@ -720,6 +758,22 @@ static void prefill_ffn(eval_decode_session *s, int64_t l, int64_t P, int extra)
     m->arch.layers[l].ffn->prefill(&call);
 }
 
+/* DiscoLoop at the end of an application k < K (SPEC §6.6) on the prompt
+ * rows' h, DISCO_CHUNK rows at a time (the logits scratch is [DISCO_CHUNK, V]):
+ * x = Norm_f(h), logits = x W_out^T, h += a ⊙ RMSNorm_d(p W_out). */
+static void prefill_disco(eval_decode_session *s, int64_t P) {
+    const model *m = s->model;
+    const int64_t C = m->arch.C, V = m->arch.V;
+    eval_decode_prefill_buffers *b = &s->prefill;
+    for (int64_t i0 = 0; i0 < P; i0 += DISCO_CHUNK) {
+        const int64_t n = P - i0 < DISCO_CHUNK ? P - i0 : DISCO_CHUNK;
+        norm(s, b->x, b->mean, b->rstd, b->h + i0 * C, m->final_norm, m->final_norm_bias, n, C);
+        count_norm(s, m->final_norm, m->final_norm_bias);
+        prefill_linear(s, s->disco_logits, b->x, m->lm_head, NULL, n, C, V);
+        count_weight(s, model_disco_rows(m, b->h + i0 * C, s->disco_logits, n, &s->disco));
+    }
+}
+
 static dt_status check_token(const eval_decode_session *s, int32_t token) {
     if (token < 0 || token >= s->model->config.vocab_size)
         return dt_errorf("decode: token %d outside the vocabulary 0..%lld", token,
@@ -750,10 +804,12 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
     }
     if (m->arch.routed) memcpy(b->history, b->h, (size_t)(rows * d.C) * sizeof(float)); /* s_0 of every row */
     int64_t kv_floats_per_position = 0;
-    for (int64_t l = 0; l < d.L; l++) {
+    const int64_t n_applied = m->arch.n_loop * d.L; /* SPEC §6.6: the stack n_loop times, each its own K/V */
+    for (int64_t j = 0; j < n_applied; j++) {
+        const int64_t l = j % d.L;
         const model_layer *layer = &m->layers[l];
         const model_block_weights *w = &layer->primary, *br = &layer->branch;
-        float *k_cache = cache_of(s, s->k_cache, l), *v_cache = cache_of(s, s->v_cache, l);
+        float *k_cache = cache_of(s, s->k_cache, j), *v_cache = cache_of(s, s->v_cache, j);
         const shapes dl = layer_shapes(m, l);
         kv_floats_per_position += dl.kvdim;
 
@@ -791,6 +847,7 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
                        l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
         count_route(s, l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
                     l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
+        if (m->arch.disco && l + 1 == d.L && j + 1 < n_applied) prefill_disco(s, P);
     }
     s->traffic.kv_write_bytes += 2.0 * (double)(P * kv_floats_per_position) * 4.0;
     count_norm(s, m->final_norm, m->final_norm_bias);

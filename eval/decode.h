@@ -3,7 +3,8 @@
  * Decode-Branch models in grouped and un-grouped form (SPEC §2 "Grouped
  * decode").
  *
- * A session owns one K and one V cache per layer, [block_size, Hkv*hd], and
+ * A session owns one K and one V cache per layer, [block_size, Hkv*hd] (per
+ * applied layer with n_loop = K > 1, SPEC §6.6: K·L of them), and
  * every scratch buffer a prefill or a step needs; all of it is allocated once
  * by eval_decode_init, so prefill and steps allocate nothing.
  *
@@ -39,6 +40,7 @@
 #include "core/error.h"
 #include "eval/matvec.h"
 #include "eval/team.h"
+#include "models/disco.h"
 #include "models/model.h"
 
 typedef enum { EVAL_DECODE_BASELINE = 0, EVAL_DECODE_GROUPED = 1, EVAL_DECODE_UNGROUPED = 2 } eval_decode_mode;
@@ -98,13 +100,15 @@ typedef struct eval_decode_session {
     int64_t max_prompt;       /* longest prompt eval_decode_prefill accepts */
     int64_t pos;              /* position whose logits are held; -1 before the first prefill */
     dt_arena arena;           /* owns every buffer below */
-    float *k_cache, *v_cache; /* [L, n_pos_max, Hkv*hd] */
+    float *k_cache, *v_cache; /* [n_loop * L, n_pos_max, Hkv*hd] */
     /* The primary's intermediates at position `pos`, per layer, read by the branch row. */
     float *q1;                            /* [L, H*hd] query before RoPE */
     float *z1;                            /* [L, F] MLP hidden activation (dense layers) */
     float *m1;                            /* [L, C] FFN output */
     float *router1;                       /* [L, E] router logits (moe) */
     float *route_gathered, *route_logits; /* [2L+1, C], [(2L+1) R]: one attn_res route's scratch */
+    float *disco_logits;                  /* [DISCO_CHUNK, V] DiscoLoop: a prefill chunk's logits (SPEC §6.6) */
+    model_disco_scratch disco;            /* DiscoLoop's scratch for DISCO_CHUNK rows (models/disco.h) */
     eval_decode_rows rows;
     eval_decode_prefill_buffers prefill;
     float *logits;               /* [2, V]: row 0 primary, row 1 branch (valid when run_branch), at `pos` */

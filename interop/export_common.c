@@ -30,6 +30,9 @@ dt_status interop_check_exportable(const model_config *c, interop_format format)
                          name);
     if (c->attn_res != ATTN_RES_OFF)
         return dt_errorf("attn_res cannot be exported to %s (its architectures sum the residual stream)", name);
+    if (c->n_loop > 1)
+        return dt_errorf("n_loop = %lld cannot be exported to %s (its architectures apply each layer once)",
+                         (long long)c->n_loop, name);
     if (c->branch == BRANCH_DECODE && !c->share)
         return dt_errorf("share = off cannot be exported to %s (the branch's own matrices are a second model, "
                          "not side tensors)",

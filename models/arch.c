@@ -82,6 +82,15 @@ dt_status model_arch_build(model_arch *arch, const model_config *c) {
         arch->route_per_block = 2 * c->n_layer / arch->route_blocks;
     }
 
+    arch->n_loop = c->n_loop;
+    arch->disco = c->disco;
+    if (c->disco) { /* disco_top = 0, or above V, keeps every entry */
+        arch->disco_gate_learned = c->disco_gate == DISCO_GATE_LEARNED;
+        arch->disco_top = c->disco_top == 0 || c->disco_top > c->vocab_size ? c->vocab_size : c->disco_top;
+        arch->disco_tau = c->disco_tau;
+        arch->disco_alpha = c->disco_alpha;
+    }
+
     arch->layers = calloc((size_t)arch->L, sizeof *arch->layers);
     if (!arch->layers) return dt_errorf("model description: out of memory for %lld layers", (long long)arch->L);
     const int coupled = arch->has_branch && c->couple;

@@ -68,6 +68,14 @@ typedef struct model_arch {
      * routing over blocks of route_per_block sublayers with route_heads heads. */
     int routed;
     int64_t route_heads, route_blocks, route_per_block;
+    /* Looped stack (SPEC §6.6): the L blocks applied n_loop times (1: once),
+     * each application with its own K/V; with disco, DiscoLoop between
+     * applications: softmax(logits / disco_tau) kept at its disco_top
+     * largest entries (resolved: 1..V), gate fixed at disco_alpha or learned. */
+    int64_t n_loop;
+    int disco, disco_gate_learned;
+    int64_t disco_top;
+    double disco_tau, disco_alpha;
     model_layer_arch *layers; /* [L] */
 } model_arch;
 

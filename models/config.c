@@ -484,6 +484,27 @@ static dt_status check_layer_head_shapes(const model_config *c) {
     return DT_OK;
 }
 
+/* SPEC §6.6: the disco_* keys only qualify disco = 1 (away from their
+ * defaults they are errors without it), and a learned gate starts at
+ * logit(disco_alpha), which needs 0 < disco_alpha < 1. */
+static dt_status check_disco(const model_config *c) {
+    if (!c->disco) {
+        model_config d = model_config_default(c->family);
+        const char *key = c->disco_tau != d.disco_tau       ? "disco_tau"
+                          : c->disco_alpha != d.disco_alpha ? "disco_alpha"
+                          : c->disco_gate != d.disco_gate   ? "disco_gate"
+                          : c->disco_top != d.disco_top     ? "disco_top"
+                                                            : NULL;
+        if (key) return dt_errorf("%s is set but disco = 0 (it only qualifies disco = 1)", key);
+        return DT_OK;
+    }
+    if (c->disco_gate == DISCO_GATE_LEARNED && (c->disco_alpha <= 0.0 || c->disco_alpha >= 1.0))
+        return dt_errorf("disco_alpha = %g with disco_gate = learned: the gate starts at logit(disco_alpha), which "
+                         "needs 0 < disco_alpha < 1",
+                         c->disco_alpha);
+    return DT_OK;
+}
+
 /* SPEC §6's combination rules, then "not implemented yet" for any PENDING
  * key away from its default (so no model silently ignores one). */
 static dt_status check_options(const model_config *c) {
@@ -494,6 +515,7 @@ static dt_status check_options(const model_config *c) {
     if (c->attn_res_blocks != 0 && c->attn_res != ATTN_RES_BLOCK)
         return dt_errorf("attn_res_blocks = %lld needs attn_res = block", (long long)c->attn_res_blocks);
     if (c->disco && c->n_loop == 1) return dt_errorf("disco = 1 needs n_loop > 1");
+    if (check_disco(c) != DT_OK) return DT_ERR;
     const char *exclusive[4];
     int n = 0;
     if (c->attn_res != ATTN_RES_OFF) exclusive[n++] = "attn_res";

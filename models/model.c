@@ -21,7 +21,7 @@ enum { PLAIN = 0, MATRIX = 1, EMBEDDING = 2 };
  * 4 norm tensors, 8 attention tensors, MODEL_FFN_SLOTS FFN tensors, 3
  * coupling vectors, 4 attention-residual vectors and the share = off copies
  * (4 attention + FFN); 2 more model-level vectors for attn_res. */
-static int max_params(const model_config *c) { return 10 + (23 + 2 * MODEL_FFN_SLOTS) * (int)c->n_layer; }
+static int max_params(const model_config *c) { return 13 + (23 + 2 * MODEL_FFN_SLOTS) * (int)c->n_layer; }
 
 /* Appends a parameter (its header; alloc_flat gives it memory). The name is formatted. */
 static dt_tensor *add_param(model *m, int capacity, model_param_group group, int marks, model_init_kind init, int ndim,
@@ -216,6 +216,18 @@ dt_status model_create(model *m, const model_config *config) {
                      ? m->tok_emb
                      : param(&b, PARAM_PRIMARY, EMBEDDING, MODEL_INIT_NORMAL, DT_SHAPE(V, C), "", -1, "lm_head.weight");
 
+    /* DiscoLoop (SPEC §6.6): RMSNorm_d's weight, and the learned gate
+     * (weight zero; the bias starts at logit(disco_alpha), model_init_weights). */
+    if (a->disco) {
+        m->disco_norm = param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ONE, DT_SHAPE(C), "", -1, "disco.norm.weight");
+        if (a->disco_gate_learned) {
+            m->disco_gate_weight =
+                param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(C), "", -1, "disco.gate.weight");
+            m->disco_gate_bias =
+                param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(1), "", -1, "disco.gate.bias");
+        }
+    }
+
     /* Decode branch (SPEC §2): its embedding, the coupling vectors, and with share = off its own matrices. */
     if (a->has_branch) {
         m->branch_tok_emb = a->branch_own_emb ? param(&b, PARAM_BRANCH, EMBEDDING, MODEL_INIT_NORMAL, DT_SHAPE(V, C),
@@ -325,6 +337,10 @@ void model_init_weights(model *m, dt_rng *rng) {
             dt_rng_fill_normal(rng, x, t->size, std);
             break;
         }
+    }
+    if (m->disco_gate_bias) { /* SPEC §6.6: the learned gate starts at disco_alpha */
+        const double alpha = m->config.disco_alpha;
+        dt_f32(m->disco_gate_bias)[0] = (float)log(alpha / (1.0 - alpha));
     }
 }
 

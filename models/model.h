@@ -61,6 +61,8 @@ typedef struct model {
     dt_tensor *lm_head;                      /* [V,C]; == tok_emb when tied */
     dt_tensor *branch_tok_emb;               /* [V,C]; == tok_emb when branch_emb = shared; NULL without branch */
     dt_tensor *route_final_query, *route_final_norm; /* [C] attn_res: the route into the final norm */
+    dt_tensor *disco_norm;                           /* [C] DiscoLoop's RMSNorm_d weight (SPEC §6.6; NULL without) */
+    dt_tensor *disco_gate_weight, *disco_gate_bias;  /* [C], [1] disco_gate = learned */
     model_layer *layers;                             /* [n_layer] */
     float *rope_table;                               /* [block_size, hd/2, 2] cos/sin (rotary position schemes) */
     float *params_memory; /* [n_floats] every parameter's weights, SPEC §3 order; the tensors are views */
@@ -78,9 +80,10 @@ typedef struct model_outputs {
     dt_tensor *alpha;          /* [B,T] mixture weight (branch only) */
     dt_tensor *logits_primary; /* [B,T,V] */
     dt_tensor *logits_branch;  /* [B,T,V] (branch only) */
-    /* MoE balance terms, one per layer (moe only; train/parallel_step.c
-     * makes them those of the whole batch when threads split its rows): */
-    int64_t moe_layers;        /* how many (n_layer for moe, else 0) */
+    /* MoE balance terms, one per application of a MoE layer (moe only;
+     * train/parallel_step.c makes them those of the whole batch when threads
+     * split its rows): */
+    int64_t moe_layers;        /* how many (n_loop * n_layer for moe, else 0) */
     float **balance_fractions; /* [moe_layers] -> f [E] each term's backward reads */
     float *router_mean_probs;  /* [moe_layers, E] mean router probabilities over the tokens */
 } model_outputs;

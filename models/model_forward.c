@@ -14,6 +14,7 @@
 #include "autograd/ops.h"
 #include "kernels/mixture.h"
 #include "models/attn_res.h"
+#include "models/disco.h"
 #include "models/model.h"
 #include "models/moe.h"
 
@@ -219,11 +220,11 @@ static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets
         ag_set_grad_enabled(ctx, grad_was);
     }
     if (balance->sum) {
-        /* aux: mean over MoE layers, added once outside the mixture. */
+        /* aux: mean over MoE layers (every application of each), added once outside the mixture. */
         out->moe_layers = balance->count;
         out->balance_fractions = balance->fractions;
         out->router_mean_probs = balance->mean_probs;
-        out->aux = ag_scale(ctx, balance->sum, 1.0f / (float)c->n_layer);
+        out->aux = ag_scale(ctx, balance->sum, 1.0f / (float)balance->count); /* n_loop > 1: K·L terms */
         objective = ag_add(ctx, objective, ag_scale(ctx, out->aux, (float)c->aux_loss_coef));
     }
     out->loss = objective;
@@ -264,13 +265,19 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
 
     /* Primary path (SPEC §1). */
     model_ffn_balance balance = {0};
+    const int64_t n_loop = m->arch.n_loop, applied_layers = n_loop * c->n_layer;
     if (m->arch.n_expert > 0) {
-        balance.fractions = ag_scratch(ctx, (size_t)c->n_layer * sizeof *balance.fractions);
-        balance.mean_probs = ag_scratch(ctx, (size_t)(c->n_layer * c->n_expert) * sizeof *balance.mean_probs);
+        balance.fractions = ag_scratch(ctx, (size_t)applied_layers * sizeof *balance.fractions);
+        balance.mean_probs = ag_scratch(ctx, (size_t)(applied_layers * c->n_expert) * sizeof *balance.mean_probs);
         if (!balance.fractions || !balance.mean_probs) return DT_ERR;
     }
-    dt_tensor *h =
-        stack_forward(ctx, m, ROLE_PRIMARY, embed_forward(ctx, m, m->tok_emb, tokens, positions), states, &balance);
+    /* SPEC §6.6: the stack applied n_loop times with the same weights (each
+     * application its own K/V), DiscoLoop between applications. */
+    dt_tensor *h = embed_forward(ctx, m, m->tok_emb, tokens, positions);
+    for (int64_t k = 0; k < n_loop; k++) {
+        h = stack_forward(ctx, m, ROLE_PRIMARY, h, states, &balance);
+        if (k + 1 < n_loop && m->arch.disco) h = model_disco_forward(ctx, m, h, head_forward(ctx, m, h));
+    }
     out->logits_primary = head_forward(ctx, m, h);
     if (!out->logits_primary) return DT_ERR;
 

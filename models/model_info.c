@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "models/arch.h"
+#include "models/disco.h"
 #include "models/ffn.h"
 #include "models/norm_kinds.h"
 #include "models/position_kinds.h"
@@ -95,8 +96,10 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     const int64_t head = V * C;
     const int64_t emb_rows = a->position->learned_table ? 2 * C : C; /* tok_emb row (+ pos_emb row) */
 
-    info->other_params_primary =
-        V * C + (a->position->learned_table ? a->T_max * C : 0) + final_norm + (a->tie_embeddings ? 0 : head);
+    /* SPEC §6.6: DiscoLoop's norm weight and learned gate */
+    const int64_t disco_params = a->disco ? C + (a->disco_gate_learned ? C + 1 : 0) : 0;
+    info->other_params_primary = V * C + (a->position->learned_table ? a->T_max * C : 0) + final_norm +
+                                 (a->tie_embeddings ? 0 : head) + disco_params;
     info->other_params_branch = a->branch_own_emb ? V * C : 0;
     info->params_primary = info->other_params_primary;
     info->params_branch = info->other_params_branch;
@@ -119,15 +122,31 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     info->activation_floats_branch = branch ? head_activations : 0.0;
     info->experts_grouped = info->experts_ungrouped = info->experts_baseline;
 
-    for (int64_t l = 0; l < L; l++) {
-        const model_layer_arch *la = &a->layers[l];
+    /* SPEC §6.6: n_loop = K applies every layer K times (the decode step
+     * streams its weights K times and reads K·L caches); DiscoLoop adds, per
+     * boundary k < K, the final norm and the head (the logits), the kept rows
+     * of W_out for Phi (training: a dense p W_out, another head's worth),
+     * disco.norm and the gate. */
+    const int64_t K = a->n_loop, boundaries = a->disco ? K - 1 : 0;
+    const int64_t disco_read = a->disco ? final_norm + head + model_disco_rows_floats(a, 1) : 0;
+    info->matmul_params_primary += boundaries * (head + a->disco_top * C);
+    floats_baseline += boundaries * disco_read;
+    floats_grouped += boundaries * disco_read;
+    floats_ungrouped += boundaries * disco_read;
+    info->train_flop_params += (double)(boundaries * (2 * head + final_norm + disco_params));
+    info->activation_floats += (double)boundaries * (double)(C + a->norm->stats_rows + 2 * V + 3 * C + 2);
+    for (int64_t l = 0; l < L * K; l++) {
+        const model_layer_arch *la = &a->layers[l % L];
         const layer_sizes s = sizes_of(a, la);
+        const int first_application = l < L;
         const int64_t attention = s.q + s.kv + s.o + s.q_bias + s.kv_bias + s.o_bias;
         const int64_t layer_primary = s.norms + s.routes + attention + s.ffn.params;
         /* share = off: own wq, wo (+ biases) and all FFN weights (SPEC §2). */
         const int64_t copies = own_copies ? s.q + s.o + s.q_bias + s.o_bias + s.ffn.params : 0;
-        info->params_primary += layer_primary;
-        info->params_branch += s.couple + copies;
+        if (first_application) {
+            info->params_primary += layer_primary;
+            info->params_branch += s.couple + copies;
+        }
         if (l == 0) {
             info->layer_params_primary = layer_primary;
             info->layer_params_branch = s.couple + copies;

@@ -204,10 +204,29 @@ Test(decode_tf, moe_attnres_full_share_off) {
     check_against_teacher_forced(MOE "attn_res=full attn_res_heads=2 branch=decode share=off top_k=2 " ALPHA_FREE, 53);
 }
 
+/* SPEC §6.6: the looped stack (K·L cache layers) and DiscoLoop between the
+ * applications (the head, top-k softmax, Phi, the gate on the step's row),
+ * every family; block_size 40 runs the prefill's DiscoLoop in three chunks. */
+Test(decode_tf, llama_loop) { check_against_teacher_forced(LLAMA "n_loop=3", 54); }
+Test(decode_tf, nanogpt_disco_top) {
+    check_against_teacher_forced(NANOGPT "n_loop=2 disco=1 disco_top=5 disco_tau=0.7", 55);
+}
+Test(decode_tf, llama_disco_learned_all_v) {
+    check_against_teacher_forced(LLAMA "n_loop=3 disco=1 disco_gate=learned disco_top=0 disco_alpha=0.3", 56);
+}
+Test(decode_tf, moe_disco_learned) {
+    check_against_teacher_forced(MOE "top_k=2 n_loop=2 disco=1 disco_gate=learned disco_top=7", 57);
+}
+Test(decode_tf, nanogpt_disco_long_prompt) {
+    check_against_teacher_forced(NANOGPT "block_size=40 n_loop=2 disco=1 disco_top=0", 58);
+    check_against_teacher_forced(NANOGPT "block_size=40 n_loop=3 disco=1 disco_top=3 disco_gate=learned", 59);
+}
+
 Test(decode_tf, blis_path) {
     engine_matvec = EVAL_MATVEC_BLIS;
     check_against_teacher_forced(LLAMA "branch=decode share=off " ALPHA_FREE, 16);
     check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=3 " ALPHA_FREE, 17);
+    check_against_teacher_forced(LLAMA "n_loop=2 disco=1 disco_top=9 disco_gate=learned", 60);
     engine_matvec = EVAL_MATVEC_OWN;
 }
 Test(decode_tf, one_thread) {
@@ -223,6 +242,7 @@ Test(decode_tf, three_threads) {
     k_set_threads(3);
     check_against_teacher_forced(LLAMA "branch=decode " ALPHA_FREE, 20);
     check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE, 21);
+    check_against_teacher_forced(MOE "top_k=2 n_loop=3 disco=1 disco_top=4", 61);
     k_set_threads(threads);
 }
 
@@ -300,6 +320,13 @@ Test(decode_reference, nanogpt_prism) { check_reference("options/09_nanogpt_pris
 Test(decode_reference, moe_triplu_prodnorm) { check_reference("options/16_moe_triplu_prodnorm.h5"); }
 Test(decode_reference, llama_attnres_mhar_branch) { check_reference("options/10_llama_attnres_mhar_branch.h5"); }
 Test(decode_reference, llama_attnres_block) { check_reference("options/15_llama_attnres_block.h5"); }
+Test(decode_reference, nanogpt_disco) { check_reference("options/13_nanogpt_disco.h5"); }
+Test(decode_reference, loop_heldout) {
+    check_reference("options_heldout/llama_loop3.h5");
+    check_reference("options_heldout/nanogpt_disco_learned_top5.h5");
+    check_reference("options_heldout/moe_disco_learned_loop3.h5");
+    check_reference("options_heldout/llama_disco_tied_top64.h5");
+}
 
 /* ---- what grouping saves ------------------------------------------------- */
 
@@ -329,9 +356,10 @@ static void check_cost_model(const char *spec, uint64_t seed) {
                      eval_decode_mode_name(all_modes[i]), s.traffic.weight_bytes, weights[j]);
         cr_expect_eq(s.traffic.kv_read_bytes, kv[j], "%s %s: counted %.0f KV bytes, the cost model %.0f", spec,
                      eval_decode_mode_name(all_modes[i]), s.traffic.kv_read_bytes, kv[j]);
-        cr_expect_eq(s.traffic.expert_loads, experts[j] * m.config.n_layer, "%s %s: %lld expert loads vs %lld", spec,
+        const int64_t applied_layers = m.config.n_layer * m.config.n_loop; /* SPEC §6.6: every application */
+        cr_expect_eq(s.traffic.expert_loads, experts[j] * applied_layers, "%s %s: %lld expert loads vs %lld", spec,
                      eval_decode_mode_name(all_modes[i]), (long long)s.traffic.expert_loads,
-                     (long long)(experts[j] * m.config.n_layer));
+                     (long long)(experts[j] * applied_layers));
         eval_decode_free(&s);
     }
     model_free(&m);
@@ -351,8 +379,13 @@ Test(decode_traffic, counters_equal_the_cost_model) {
         NANOGPT "layer_heads=1,4 branch=decode",
         LLAMA "attn_res=block attn_res_blocks=2 attn_res_heads=2 branch=decode",
         MOE "ffn=prod4 top_k=2 branch=decode",
+        LLAMA "n_loop=3",
+        NANOGPT "n_loop=2 disco=1 disco_top=5",
+        LLAMA "n_loop=3 disco=1 disco_top=0 disco_gate=learned",
+        MOE "top_k=2 n_loop=2 disco=1 disco_gate=learned disco_top=7",
     };
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) check_cost_model(specs[i], 70 + i);
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        check_cost_model(specs[i], 70 + i);
 }
 
 /* Traffic of one step at position P for each mode. */

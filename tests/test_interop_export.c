@@ -625,6 +625,8 @@ Test(export, configs_a_format_cannot_express_are_refused_with_the_reason) {
         {FAMILY_NANOGPT, "", EXPORT_LLAMA2C, "family nanogpt"},
         {FAMILY_LLAMA, "rope_theta=500000", EXPORT_LLAMA2C, "rope_theta"},
         {FAMILY_LLAMA, "norm_eps=1e-6", EXPORT_LLAMA2C, "norm_eps"},
+        {FAMILY_LLAMA, "n_loop=2", EXPORT_HF, "n_loop"},
+        {FAMILY_NANOGPT, "n_loop=3 disco=1", EXPORT_GGUF, "n_loop"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model m;

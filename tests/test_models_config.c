@@ -820,9 +820,13 @@ Test(config, spec6_options_are_refused_until_implemented) {
         {"recurrent=1", "recurrent", "not implemented"},
         {"alibi=1", "alibi", "not implemented"},
         {"feedback=1", "feedback", "not implemented"},
-        {"n_loop=3", "n_loop", "not implemented"},
-        {"disco_tau=2", "disco_tau", "not implemented"},
-        {"disco_top=0", "disco_top", "not implemented"},
+        /* SPEC §6.6: the disco_* keys only qualify disco = 1; a learned gate starts at logit(disco_alpha) */
+        {"disco_tau=2", "disco_tau", "disco = 1"},
+        {"disco_top=0", "disco_top", "disco = 1"},
+        {"disco_gate=learned", "disco_gate", "disco = 1"},
+        {"n_loop=2 disco_alpha=0.25", "disco_alpha", "disco = 1"},
+        {"n_loop=2 disco=1 disco_gate=learned disco_alpha=0", "disco_alpha", "logit"},
+        {"n_loop=2 disco=1 disco_gate=learned disco_alpha=1", "disco_alpha", "logit"},
         /* SPEC §6's combination rules */
         {"ffn_prod_norm=1", "ffn_prod_norm", "ffn"},
         {"attn_res_heads=2", "attn_res_heads", "attn_res"},
@@ -860,11 +864,20 @@ Test(config, spec6_options_are_refused_until_implemented) {
 
 /* The implemented SPEC §6 options validate (and keep their values). */
 Test(config, spec6_implemented_options_validate) {
-    const char *cases[] = {"ffn=triplu", "ffn=prod2 ffn_prod_norm=1", "ffn=prod4 d_ff=96", "layer_heads=1,2,4,8",
+    const char *cases[] = {"ffn=triplu",
+                           "ffn=prod2 ffn_prod_norm=1",
+                           "ffn=prod4 d_ff=96",
+                           "layer_heads=1,2,4,8",
                            "family=moe n_expert=4 top_k=2 ffn=triplu ffn_prod_norm=1",
-                           "family=nanogpt ffn=triplu d_ff=100", "family=nanogpt layer_heads=2,4,8,16",
-                           "attn_res=full attn_res_heads=8", "attn_res=block attn_res_blocks=4",
-                           "family=moe n_expert=4 top_k=2 attn_res=block attn_res_blocks=8 branch=decode"};
+                           "family=nanogpt ffn=triplu d_ff=100",
+                           "family=nanogpt layer_heads=2,4,8,16",
+                           "attn_res=full attn_res_heads=8",
+                           "attn_res=block attn_res_blocks=4",
+                           "family=moe n_expert=4 top_k=2 attn_res=block attn_res_blocks=8 branch=decode",
+                           "n_loop=3",
+                           "family=nanogpt n_loop=2 disco=1 disco_top=0",
+                           "family=moe n_expert=4 top_k=2 n_loop=2 disco=1 disco_gate=learned disco_alpha=0.3",
+                           "n_loop=2 disco=1 disco_alpha=0 disco_top=100000"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model_config c = model_config_default(FAMILY_LLAMA);
         apply_pairs(&c, "d_model=64 n_head=4 n_kv_head=4 n_layer=4");

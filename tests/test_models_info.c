@@ -55,7 +55,9 @@ Test(info, counts_match_the_registry) {
                               "ffn=triplu branch=decode", "ffn=prod4 ffn_prod_norm=1 branch=decode share=off",
                               "ffn=prod2 ffn_prod_norm=1", "layer_heads=2,4,8 branch=decode",
                               /* SPEC §6.3 attention residuals */
-                              "attn_res=full branch=decode", "attn_res=block attn_res_blocks=3 attn_res_heads=4"};
+                              "attn_res=full branch=decode", "attn_res=block attn_res_blocks=3 attn_res_heads=4",
+                              /* SPEC §6.6 looped stack and DiscoLoop */
+                              "n_loop=3", "n_loop=2 disco=1", "n_loop=2 disco=1 disco_gate=learned"};
     for (int f = 0; f < 3; f++) {
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             model_config c = config_of(families[f], variants[v]);
@@ -77,6 +79,41 @@ Test(info, counts_match_the_registry) {
             model_free(&m);
         }
     }
+}
+
+/* SPEC §6.6 by hand (llama, V = 40, C = 16, L = 3, rmsnorm, untied): K
+ * applications stream the layers K times and read K·L caches; outside the
+ * layers a step reads one embedding row, the final norm and the head. A
+ * DiscoLoop boundary adds the final norm, the head, the disco_top kept rows
+ * of W_out, disco.norm (and the gate [C] + [1]); FLOPs add the head and the
+ * kept rows. */
+Test(info, loop_and_disco_figures_by_hand) {
+    const double C = 16, V = 40, outside = 4.0 * (C + C + V * C);
+    model_info once, thrice, plain2, disco2, learned2;
+    model_config c = config_of(FAMILY_LLAMA, "");
+    cr_assert_eq(model_info_compute(&c, 6, &once), DT_OK, "%s", dt_error_message());
+    c = config_of(FAMILY_LLAMA, "n_loop=3");
+    cr_assert_eq(model_info_compute(&c, 6, &thrice), DT_OK, "%s", dt_error_message());
+    c = config_of(FAMILY_LLAMA, "n_loop=2");
+    cr_assert_eq(model_info_compute(&c, 6, &plain2), DT_OK, "%s", dt_error_message());
+    c = config_of(FAMILY_LLAMA, "n_loop=2 disco=1 disco_top=5");
+    cr_assert_eq(model_info_compute(&c, 6, &disco2), DT_OK, "%s", dt_error_message());
+    c = config_of(FAMILY_LLAMA, "n_loop=2 disco=1 disco_top=5 disco_gate=learned");
+    cr_assert_eq(model_info_compute(&c, 6, &learned2), DT_OK, "%s", dt_error_message());
+
+    cr_expect_eq(thrice.params_total, once.params_total, "a loop reuses the weights");
+    cr_expect_eq(thrice.weight_bytes_baseline - outside, 3.0 * (once.weight_bytes_baseline - outside));
+    cr_expect_eq(thrice.kv_bytes_baseline, 3.0 * once.kv_bytes_baseline);
+    cr_expect_eq(thrice.attention_flops_per_key, 3.0 * once.attention_flops_per_key);
+    const double head_flops = 2.0 * V * C;
+    cr_expect_eq(thrice.decode_flops_baseline - head_flops, 3.0 * (once.decode_flops_baseline - head_flops));
+
+    cr_expect_eq(disco2.params_total, plain2.params_total + (int64_t)C, "disco.norm.weight");
+    cr_expect_eq(learned2.params_total, plain2.params_total + 2 * (int64_t)C + 1, "and the gate [C], [1]");
+    cr_expect_eq(disco2.weight_bytes_baseline - plain2.weight_bytes_baseline, 4.0 * (C + V * C + 5 * C + C));
+    cr_expect_eq(learned2.weight_bytes_baseline - disco2.weight_bytes_baseline, 4.0 * (C + 1));
+    cr_expect_eq(disco2.decode_flops_baseline - plain2.decode_flops_baseline, 2.0 * (V * C + 5 * C));
+    cr_expect_eq(disco2.kv_bytes_baseline, plain2.kv_bytes_baseline);
 }
 
 /* SPEC §6.1's d_ff = 0 widths, computed by hand: llama/moe from the SwiGLU

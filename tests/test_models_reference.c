@@ -90,9 +90,9 @@ Test(reference, heldout_files_pass) {
 /* SPEC §6 option files (copies of ../shared/reference/options/) of the
  * options implemented so far; the others must be refused with one line
  * naming the key, never run as if the key were absent. */
-static const char *const implemented_options[] = {"08_llama_triplu_branch.h5", "09_nanogpt_prism.h5",
+static const char *const implemented_options[] = {"08_llama_triplu_branch.h5",       "09_nanogpt_prism.h5",
                                                   "10_llama_attnres_mhar_branch.h5", "15_llama_attnres_block.h5",
-                                                  "16_moe_triplu_prodnorm.h5"};
+                                                  "16_moe_triplu_prodnorm.h5",       "13_nanogpt_disco.h5"};
 
 Test(reference, option_files_pass) {
     char dir[1024];
@@ -136,7 +136,8 @@ Test(reference, option_files_pass) {
  * independent float64 implementation of SPEC §6): every file of an
  * implemented option passes; the others are refused as not implemented yet.
  * 22 files cover SPEC §6.1-§6.3 (product FFNs, per-layer heads, attention
- * residuals), the rest §6.4 (ALiBi, recurrent). */
+ * residuals), the rest §6.4 (ALiBi, recurrent) and §6.6 (loops, DiscoLoop:
+ * tests/tools/spec_reference_loop.py). */
 Test(reference, option_heldout_files) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tests/reference/options_heldout", source_dir());
@@ -161,6 +162,23 @@ Test(reference, option_heldout_files) {
     closedir(d);
     cr_assert_geq(n_pass, 22, "only %d held-out option files pass (%d refused)", n_pass, n_refused);
     cr_log_info("%d held-out option files pass, %d refused (not implemented yet)", n_pass, n_refused);
+}
+
+/* SPEC §6.6's held-out files (tests/tools/spec_reference_loop.py): a plain
+ * loop, DiscoLoop with the learned gate and top-k, disco_top = 0, tied
+ * heads, MoE with loops (aux over K·L terms); each must be present and pass. */
+Test(reference, loop_heldout_files_pass) {
+    const char *names[] = {"llama_loop3",   "nanogpt_disco_learned_top5", "llama_disco_top0_loop3",
+                           "moe_loop2_aux", "moe_disco_learned_loop3",    "llama_disco_tied_top64"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[2048];
+        snprintf(path, sizeof path, "%s/tests/reference/options_heldout/%s.h5", source_dir(), names[i]);
+        model_reference_report report;
+        cr_assert_eq(model_reference_check(path, &report), DT_OK, "%s: %s", path, dt_error_message());
+        cr_expect_eq(report.n_failed, 0, "%s: %d of %d quantities fail", path, report.n_failed, report.n_lines);
+        cr_expect_gt(report.n_lines, 10, "%s: too few quantities compared", path);
+        model_reference_report_free(&report);
+    }
 }
 
 Test(reference, shared_files_pass_when_present) {

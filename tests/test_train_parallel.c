@@ -17,8 +17,17 @@
 
 enum { B = 5, T = 8 };
 
+/* SPEC §6.6 variant of tiny_config: the stack twice with DiscoLoop's learned gate. */
+static int looped;
+
 static model_config tiny_config(model_family family, model_branch branch) {
     model_config c = model_config_default(family);
+    if (looped) {
+        c.n_loop = 2;
+        c.disco = 1;
+        c.disco_gate = DISCO_GATE_LEARNED;
+        c.disco_top = 5;
+    }
     c.vocab_size = 32;
     c.block_size = T;
     c.n_layer = 2;
@@ -150,6 +159,29 @@ Test(train_parallel, llama_gradients_equal_one_tape) { check_gradients(FAMILY_LL
  * batch's between the workers' forward and backward. */
 Test(train_parallel, moe_gradients_equal_one_tape) { check_gradients(FAMILY_MOE, BRANCH_NONE); }
 Test(train_parallel, moe_decode_branch_gradients_equal_one_tape) { check_gradients(FAMILY_MOE, BRANCH_DECODE); }
+/* The replicas use DiscoLoop's tensors too, and the balance term of the
+ * batch has one entry per application of each MoE layer (K·L). */
+Test(train_parallel, looped_disco_gradients_equal_one_tape) {
+    looped = 1;
+    check_gradients(FAMILY_LLAMA, BRANCH_NONE);
+    check_gradients(FAMILY_MOE, BRANCH_NONE);
+    /* a replica's DiscoLoop tensors are its own (its gradient buffer), not the model's */
+    trained t;
+    const model_config c = tiny_config(FAMILY_LLAMA, BRANCH_NONE);
+    trained_init(&t, &c, 7);
+    train_parallel p;
+    cr_assert_eq(train_parallel_init(&p, &t.m, &t.opt, NULL, B, T, 2, 1), DT_OK, "%s", dt_error_message());
+    const model *replica = &p.replicas[0];
+    const dt_tensor *own[3] = {model_find_param(replica, "disco.norm.weight")->tensor,
+                               model_find_param(replica, "disco.gate.weight")->tensor,
+                               model_find_param(replica, "disco.gate.bias")->tensor};
+    cr_expect(replica->disco_norm == own[0] && replica->disco_gate_weight == own[1] &&
+                  replica->disco_gate_bias == own[2],
+              "the replica's DiscoLoop tensors are the model's");
+    train_parallel_free(&p);
+    trained_free(&t);
+    looped = 0;
+}
 
 /* Two full steps (forward, backward, update) against the optimizer's own path.
  * AdamW's eps is 1 here: with the default 1e-8 an element whose gradient is

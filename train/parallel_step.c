@@ -93,6 +93,9 @@ static dt_status replica_init(model *replica, const model *m) {
     replica->branch_tok_emb = remap(m, replica, m->branch_tok_emb);
     replica->route_final_query = remap(m, replica, m->route_final_query);
     replica->route_final_norm = remap(m, replica, m->route_final_norm);
+    replica->disco_norm = remap(m, replica, m->disco_norm);
+    replica->disco_gate_weight = remap(m, replica, m->disco_gate_weight);
+    replica->disco_gate_bias = remap(m, replica, m->disco_gate_bias);
     for (int64_t l = 0; l < m->config.n_layer; l++) {
         model_layer *layer = &replica->layers[l];
         *layer = m->layers[l];
@@ -141,7 +144,9 @@ dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, const
     if (!p->contexts || !p->row_begin || !p->input_views || !p->target_views || !p->outputs || !p->extra_grads)
         goto oom;
     if (m->config.family == FAMILY_MOE) {
-        p->balance_sums = calloc((size_t)(2 * m->config.n_layer * m->config.n_expert), sizeof *p->balance_sums);
+        /* one term per application of a MoE layer (n_loop: SPEC §6.6) */
+        p->balance_sums =
+            calloc((size_t)(2 * m->arch.n_loop * m->config.n_layer * m->config.n_expert), sizeof *p->balance_sums);
         if (!p->balance_sums) goto oom;
     }
     for (int w = 0; w < workers; w++)
@@ -311,8 +316,8 @@ static dt_status combine_balance(train_parallel *p, const int64_t *row_begin, in
         const double weight = (double)(row_begin[w + 1] - row_begin[w]) / (double)total_rows;
         aux_workers += weight * scalar_or_nan(out->aux);
     }
-    /* aux is the mean over layers, weighted by aux_loss_coef in the objective. */
-    *correction = c->aux_loss_coef * (aux_batch / (double)c->n_layer - aux_workers);
+    /* aux is the mean over the MoE layers' terms (n_loop: every application), weighted by aux_loss_coef. */
+    *correction = c->aux_loss_coef * (aux_batch / (double)layers - aux_workers);
     return DT_OK;
 }
 
