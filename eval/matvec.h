@@ -7,24 +7,36 @@
  * reads each row W[n,:] once and dots it with every input row while it is in
  * L1, with OpenMP over blocks of rows of W. `dbranch bench decode` measures
  * both paths (see eval_decode_session.matvec); the project rule that GEMMs go
- * through BLIS still holds for every M > 2 product (prefill, training). */
+ * through BLIS still holds for every M > 2 product (prefill, training).
+ *
+ * Weights are float32 or bfloat16 (a job's wtype; kernels/type_traits.h):
+ * a bf16 weight is widened to float32 in registers (exact: a 16-bit shift)
+ * and multiplied and accumulated in float32, lane for lane as the float32
+ * kernel does, so a bf16 product equals the float32 product of the same
+ * (bf16-representable) weights bit for bit at one instruction-set level. The
+ * level (AVX-512, AVX2, portable C) is chosen at run time (kernels/isa.h). */
 #ifndef EVAL_MATVEC_H
 #define EVAL_MATVEC_H
 
 #include <stdint.h>
 
+#include "core/tensor.h"
+
 /* out[M,N] = in[M,K] · weight[N,K]^T + bias[N]  (bias may be NULL).
  * Any M works; the weight is streamed once per pair of input rows. */
-void eval_matvec(float *out, const float *in, const float *weight, const float *bias, int64_t M, int64_t K,
-                 int64_t N);
+void eval_matvec(float *out, const float *in, const float *weight, const float *bias, int64_t M, int64_t K, int64_t N);
+/* The same with weight [N,K] stored as wtype (DT_F32 or DT_BF16). */
+void eval_matvec_typed(float *out, const float *in, const void *weight, dt_dtype wtype, const float *bias, int64_t M,
+                       int64_t K, int64_t N);
 
 /* One product of a batch: out [M,N] = in [M,K] · weight [N,K]^T + bias [N], M = 1 or 2. */
 typedef struct eval_matvec_job {
     float *out;
     const float *in;
-    const float *weight;
-    const float *bias; /* NULL: none */
+    const void *weight; /* [N,K] of wtype */
+    const float *bias;  /* NULL: none */
     int64_t M, K, N;
+    dt_dtype wtype; /* DT_F32 (0, the default of a job built without it) or DT_BF16 */
 } eval_matvec_job;
 
 enum { EVAL_MATVEC_MAX_JOBS = 8 };
