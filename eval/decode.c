@@ -280,7 +280,7 @@ static void flush(eval_decode_session *s) {
 static eval_matvec_job matvec_job(eval_decode_session *s, float *out, const float *in, const float *weight,
                                   const float *bias, int64_t M, int64_t K, int64_t N) {
     eval_matvec_job job = {out, in, weight, bias, M, K, N, DT_F32};
-    job.weight = eval_decode_weights_find(s->weights, weight, N * K, &job.wtype);
+    job.weight = eval_decode_weights_find(s->weights, weight, N, K, &job.wtype);
     if (eval_team_leader()) {
         s->traffic.weight_bytes += (double)(N * K) * (double)dt_dtype_bytes(job.wtype) + (bias ? 4.0 * (double)N : 0.0);
         s->traffic.matrix_loads++;

@@ -12,7 +12,8 @@
  * What is converted: every matrix and embedding table (model_param is_matrix
  * or is_embedding: attention and FFN matrices, routers, expert stacks,
  * tok_emb / lm_head, pos_emb, branch.tok_emb), rounded to nearest even
- * (k_bf16_from_float). Vectors (norm weights, biases, coupling vectors,
+ * (k_bf16_from_float), each row (the tensor's last dimension) packed for
+ * the matvec kernels (eval_matvec_bf16_pack, eval/matvec.h). Vectors (norm weights, biases, coupling vectors,
  * attn_res route queries, prod_norm) stay float32. The model's float32
  * copies of the converted tensors are rounded in place to the same values, so
  * everything that still reads float32 (the prefill's BLIS GEMMs, embedding
@@ -29,11 +30,18 @@
 #include "core/tensor.h"
 #include "models/model.h"
 
+/* One converted tensor: floats [begin, end) of params_memory, rows of `row` elements. */
+typedef struct eval_decode_span {
+    int64_t begin, end, row;
+} eval_decode_span;
+
 typedef struct eval_decode_weights {
-    dt_dtype dtype;       /* DT_F32: the model's weights as they are; DT_BF16: the copy below */
-    const float *params;  /* the model's params_memory [n_floats] */
-    int64_t n_floats;     /* its length */
-    const uint16_t *bf16; /* [n_floats] bf16 twins of the converted tensors (zero elsewhere); NULL for DT_F32 */
+    dt_dtype dtype;          /* DT_F32: the model's weights as they are; DT_BF16: the copy below */
+    const float *params;     /* the model's params_memory [n_floats] */
+    int64_t n_floats;        /* its length */
+    const uint16_t *bf16;    /* [n_floats] bf16 twins of the converted tensors (zero elsewhere); NULL for DT_F32 */
+    eval_decode_span *spans; /* [n_spans] the converted tensors, by increasing offset */
+    int n_spans;
 } eval_decode_weights;
 
 /* Makes the view for dtype DT_F32 (nothing copied) or DT_BF16 (rounds m's
@@ -45,16 +53,10 @@ void eval_decode_weights_free(eval_decode_weights *w);
 dt_status eval_decode_weights_parse(const char *name, dt_dtype *dtype);
 const char *eval_decode_weights_name(dt_dtype dtype);
 
-/* Where the view keeps weight [count floats of the model], and in what type:
- * the bf16 twin when there is one, else the float32 weight itself. */
-static inline const void *eval_decode_weights_find(const eval_decode_weights *w, const float *weight, int64_t count,
-                                                   dt_dtype *dtype) {
-    *dtype = DT_F32;
-    if (!w || w->dtype != DT_BF16 || !weight || weight < w->params) return weight;
-    const int64_t offset = weight - w->params;
-    if (offset + count > w->n_floats) return weight;
-    *dtype = DT_BF16;
-    return w->bf16 + offset;
-}
+/* Where the view keeps weight [N,K] (a pointer into the model), and in what
+ * type: the packed bf16 twin when the weight is whole rows of K elements of
+ * a converted tensor, else the float32 weight itself. */
+const void *eval_decode_weights_find(const eval_decode_weights *w, const float *weight, int64_t N, int64_t K,
+                                     dt_dtype *dtype);
 
 #endif

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "kernels/isa.h"
+#include "kernels/type_traits.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -40,10 +41,11 @@ static const int64_t PARALLEL_MIN_ELEMENTS = 1 << 15;
 /* How far ahead (bytes) the two-row loops prefetch each weight row: 2 KB. */
 enum { PREFETCH_AHEAD_BYTES = 2048 };
 
-/* Element i of a weight row of either type, as float32 (scalar code and tails). */
-static inline __attribute__((always_inline)) float weight_at(const void *w, int64_t i, int bf16) {
+/* Element i of a weight row of K elements of either type (bf16 packed), as
+ * float32 (scalar code and tails). */
+static inline __attribute__((always_inline)) float weight_at(const void *w, int64_t i, int64_t K, int bf16) {
     if (!bf16) return ((const float *)w)[i];
-    const uint32_t bits = (uint32_t)((const uint16_t *)w)[i] << 16;
+    const uint32_t bits = (uint32_t)((const uint16_t *)w)[eval_matvec_bf16_position(i, K)] << 16;
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
@@ -96,7 +98,7 @@ block_dot_scalar(float *out, int64_t ldo, const float *x, const void *w, int64_t
             const float *xm = x + m * K;
             float acc[8] = {0};
             for (int64_t k = 0; k < K; k++)
-                acc[k % 8] += weight_at(wr, k, bf16) * xm[k];
+                acc[k % 8] += weight_at(wr, k, K, bf16) * xm[k];
             out[m * ldo + r] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         }
 }
@@ -130,6 +132,27 @@ block_dot_avx2(float *out, int64_t ldo, const float *x, const void *w, int64_t K
         for (int m = 0; m < n_x; m++)
             acc[r][m] = _mm256_setzero_ps();
     int64_t k = 0;
+    /* bf16 packed blocks of 32: the first 16 stored hold elements 0-7 (low
+     * halves) and 16-23 (high), the next 16 elements 8-15 and 24-31; applied
+     * in the order 0-7, 8-15, 16-23, 24-31 as the float32 loop below does */
+    for (; bf16 && k + 32 <= K; k += 32) {
+        __m256 xv[2][4];
+        for (int m = 0; m < n_x; m++)
+            for (int q = 0; q < 4; q++)
+                xv[m][q] = _mm256_loadu_ps(x + m * K + k + 8 * q);
+        for (int r = 0; r < n_w; r++) {
+            const uint16_t *wr = (const uint16_t *)((const char *)w + r * K * es) + k;
+            if (n_x == 2) _mm_prefetch((const char *)wr + PREFETCH_AHEAD_BYTES, _MM_HINT_T0);
+            const __m256i a = _mm256_loadu_si256((const __m256i *)wr), b = _mm256_loadu_si256((const __m256i *)wr + 1);
+            const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+            const __m256 wv[4] = {
+                _mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(b, 16)),
+                _mm256_castsi256_ps(_mm256_and_si256(a, high)), _mm256_castsi256_ps(_mm256_and_si256(b, high))};
+            for (int m = 0; m < n_x; m++)
+                for (int q = 0; q < 4; q++)
+                    acc[r][m] = _mm256_fmadd_ps(wv[q], xv[m][q], acc[r][m]);
+        }
+    }
     for (; k + 8 <= K; k += 8) {
         __m256 xv[2];
         for (int m = 0; m < n_x; m++)
@@ -147,7 +170,7 @@ block_dot_avx2(float *out, int64_t ldo, const float *x, const void *w, int64_t K
         for (int m = 0; m < n_x; m++) {
             float sum = sum8(acc[r][m]);
             for (int64_t t = k; t < K; t++) /* fmaf: one rounding, whatever the compiler would contract */
-                sum = fmaf(weight_at((const char *)w + r * K * es, t, bf16), x[m * K + t], sum);
+                sum = fmaf(weight_at((const char *)w + r * K * es, t, K, bf16), x[m * K + t], sum);
             out[m * ldo + r] = sum;
         }
 }
@@ -182,6 +205,26 @@ block_dot_avx512(float *out, int64_t ldo, const float *x, const void *w, int64_t
         for (int m = 0; m < n_x; m++)
             acc[r][m] = _mm512_setzero_ps();
     int64_t k = 0;
+    /* bf16 packed blocks of 32 (matvec.h): one load, elements 0-15 by a
+     * shift, 16-31 by a mask, applied in the float32 loop's order */
+    for (; bf16 && k + 32 <= K; k += 32) {
+        __m512 xv[2][2];
+        for (int m = 0; m < n_x; m++) {
+            xv[m][0] = _mm512_loadu_ps(x + m * K + k);
+            xv[m][1] = _mm512_loadu_ps(x + m * K + k + 16);
+        }
+        for (int r = 0; r < n_w; r++) {
+            const char *wr = (const char *)w + (r * K + k) * es;
+            if (n_x == 2) _mm_prefetch(wr + PREFETCH_AHEAD_BYTES, _MM_HINT_T0);
+            const __m512i packed = _mm512_loadu_si512((const void *)wr);
+            const __m512 low = _mm512_castsi512_ps(_mm512_slli_epi32(packed, 16));
+            const __m512 high = _mm512_castsi512_ps(_mm512_and_si512(packed, _mm512_set1_epi32((int)0xffff0000u)));
+            for (int m = 0; m < n_x; m++) {
+                acc[r][m] = _mm512_fmadd_ps(low, xv[m][0], acc[r][m]);
+                acc[r][m] = _mm512_fmadd_ps(high, xv[m][1], acc[r][m]);
+            }
+        }
+    }
     for (; k + 16 <= K; k += 16) {
         __m512 xv[2];
         for (int m = 0; m < n_x; m++)
@@ -264,6 +307,13 @@ void eval_matvec_batch(const eval_matvec_job *jobs, int n_jobs) {
         int64_t n0 = (b - first_block[j]) * ROWS_PER_BLOCK, left = jobs[j].N - n0;
         job_block(&jobs[j], n0, left < ROWS_PER_BLOCK ? left : ROWS_PER_BLOCK);
     }
+}
+
+// dst [N,K] packed bf16, src [N,K]
+void eval_matvec_bf16_pack(uint16_t *dst, const float *src, int64_t N, int64_t K) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++)
+            dst[n * K + eval_matvec_bf16_position(k, K)] = k_bf16_from_float(src[n * K + k]);
 }
 
 // out [M,N], in [M,K], weight [N,K], bias [N] or NULL

@@ -16,6 +16,7 @@
 
 #include "eval/decode.h"
 #include "eval/decode_weights.h"
+#include "eval/matvec.h"
 #include "kernels/isa.h"
 #include "kernels/type_traits.h"
 #include "test_eval_util.h"
@@ -180,25 +181,41 @@ Test(decode_bf16_traffic, two_bytes_per_matrix_element_and_one_load_for_both_row
     model_free(&m);
 }
 
-/* The view maps only pointers inside the model's buffer, and fp32 is the identity. */
+/* The view maps whole rows of converted tensors to their packed twins, and
+ * nothing else (part rows, vectors, memory outside the model); fp32 is the identity. */
 Test(decode_bf16, view_finds_twins_inside_the_model_only) {
     model m;
     eval_test_model(&m, LLAMA "branch=none", 24);
     eval_decode_weights w, f;
     cr_assert(eval_decode_weights_init(&w, &m, DT_BF16) == DT_OK);
     cr_assert(eval_decode_weights_init(&f, &m, DT_F32) == DT_OK);
-    const float *wq = dt_f32(m.layers[1].primary.wq);
+    const dt_tensor *t = m.layers[1].primary.wq;
+    const float *wq = dt_f32(t);
+    const int64_t N = t->shape[0], K = t->shape[1];
     dt_dtype type;
-    const uint16_t *twin = eval_decode_weights_find(&w, wq, m.layers[1].primary.wq->size, &type);
+    const uint16_t *twin = eval_decode_weights_find(&w, wq, N, K, &type);
     cr_assert_eq(type, DT_BF16);
-    for (int64_t j = 0; j < m.layers[1].primary.wq->size; j++)
-        cr_assert_eq(k_bf16_to_float(twin[j]), wq[j]);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++)
+            cr_assert_eq(k_bf16_to_float(twin[n * K + eval_matvec_bf16_position(k, K)]), wq[n * K + k]);
+    cr_assert_eq(eval_decode_weights_find(&w, wq + K, N - 1, K, &type), twin + K, "whole rows from row 1");
+    cr_assert_eq(type, DT_BF16);
+    /* not whole rows of this tensor: the float32 weight */
+    cr_assert_eq(eval_decode_weights_find(&w, wq + 1, 1, K, &type), wq + 1);
+    cr_assert_eq(type, DT_F32);
+    cr_assert_eq(eval_decode_weights_find(&w, wq, 1, K / 2, &type), wq);
+    cr_assert_eq(type, DT_F32);
+    cr_assert_eq(eval_decode_weights_find(&w, wq, N + 1, K, &type), wq);
+    cr_assert_eq(type, DT_F32);
+    const float *norm = dt_f32(m.layers[1].attn_norm);
+    cr_assert_eq(eval_decode_weights_find(&w, norm, 1, m.layers[1].attn_norm->size, &type), norm, "vectors stay");
+    cr_assert_eq(type, DT_F32);
     float outside[4] = {0};
-    cr_assert_eq(eval_decode_weights_find(&w, outside, 4, &type), outside);
+    cr_assert_eq(eval_decode_weights_find(&w, outside, 1, 4, &type), outside);
     cr_assert_eq(type, DT_F32);
-    cr_assert_eq(eval_decode_weights_find(&f, wq, 4, &type), wq);
+    cr_assert_eq(eval_decode_weights_find(&f, wq, 1, K, &type), wq);
     cr_assert_eq(type, DT_F32);
-    cr_assert_eq(eval_decode_weights_find(NULL, wq, 4, &type), wq);
+    cr_assert_eq(eval_decode_weights_find(NULL, wq, 1, K, &type), wq);
     dt_dtype parsed;
     cr_assert_eq(eval_decode_weights_parse("bf16", &parsed), DT_OK);
     cr_assert_eq(parsed, DT_BF16);

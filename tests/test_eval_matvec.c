@@ -101,10 +101,9 @@ static void check_levels(int64_t M, int64_t K, int64_t N, int with_bias) {
     dt_rng_fill_normal(&rng, in, M * K, 1.0f);
     dt_rng_fill_normal(&rng, w, N * K, 1.0f);
     dt_rng_fill_normal(&rng, bias, N, 1.0f);
-    for (int64_t i = 0; i < N * K; i++) {
-        w16[i] = k_bf16_from_float(w[i]);
-        rounded[i] = k_bf16_to_float(w16[i]);
-    }
+    eval_matvec_bf16_pack(w16, w, N, K);
+    for (int64_t i = 0; i < N * K; i++)
+        rounded[i] = k_bf16_to_float(k_bf16_from_float(w[i]));
     const float *b = with_bias ? bias : NULL;
     const double u = ldexp(1.0, -24), gamma = (double)(K + 1) * u / (1.0 - (double)(K + 1) * u);
     for (int level = 0; level <= (int)k_isa_supported(); level++) {
@@ -144,10 +143,11 @@ static void check_levels(int64_t M, int64_t K, int64_t N, int with_bias) {
 }
 
 Test(matvec, every_level_float32_and_bf16) {
-    /* K: below, at and past both vector widths (8, 16) and their tails; N: full and short blocks of 8 rows */
-    const int64_t Ms[] = {1, 2, 3}, Ks[] = {1, 7, 8, 9, 16, 17, 40, 257}, Ns[] = {1, 5, 8, 9, 33};
+    /* K: below, at and past the vector widths (8, 16), the packed bf16 block (32) and their tails; N: full and
+     * short blocks of 8 rows */
+    const int64_t Ms[] = {1, 2, 3}, Ks[] = {1, 7, 8, 9, 16, 17, 31, 32, 40, 48, 65, 257}, Ns[] = {1, 5, 8, 9, 33};
     for (int a = 0; a < 3; a++)
-        for (int k = 0; k < 8; k++)
+        for (int k = 0; k < 12; k++)
             for (int n = 0; n < 5; n++)
                 check_levels(Ms[a], Ks[k], Ns[n], (a + k + n) % 2);
     check_levels(2, 768, 515, 1); /* the OpenMP path */
@@ -169,4 +169,23 @@ Test(matvec, isa_levels_forced_down_only) {
     cr_assert_eq(k_isa_active(), K_ISA_SCALAR);
     k_isa_reset();
     cr_assert_eq(k_isa_active(), k_isa_supported());
+}
+
+/* The packed bf16 layout (matvec.h): element i of a full 32-block at 2i, 16+i at 2i+1, the tail in order. */
+Test(matvec, bf16_packing_positions) {
+    cr_assert_eq(eval_matvec_bf16_position(0, 64), 0);
+    cr_assert_eq(eval_matvec_bf16_position(1, 64), 2);
+    cr_assert_eq(eval_matvec_bf16_position(15, 64), 30);
+    cr_assert_eq(eval_matvec_bf16_position(16, 64), 1);
+    cr_assert_eq(eval_matvec_bf16_position(31, 64), 31);
+    cr_assert_eq(eval_matvec_bf16_position(33, 64), 34);
+    cr_assert_eq(eval_matvec_bf16_position(48, 64), 33);
+    cr_assert_eq(eval_matvec_bf16_position(32, 40), 32, "the tail of 8 stays in order");
+    cr_assert_eq(eval_matvec_bf16_position(39, 40), 39);
+    cr_assert_eq(eval_matvec_bf16_position(5, 31), 5, "a row shorter than a block is not packed");
+    const float src[2] = {1.0f, -2.5f};
+    uint16_t dst[2];
+    eval_matvec_bf16_pack(dst, src, 2, 1);
+    cr_assert_eq(dst[0], 0x3f80);
+    cr_assert_eq(dst[1], 0xc020);
 }
