@@ -16,12 +16,14 @@
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch eval --model CKPT.h5 --data DATA.h5 [--split val|train] [--windows N]\n"
                  "                    [--seq-len T] [--prompt-len P] [--method tf|decode]\n"
-                 "                    [--decode grouped|ungrouped|baseline] [--threads K] [--json]\n\n"
+                 "                    [--decode grouped|ungrouped|baseline] [--weights fp32|bf16] [--threads K]\n"
+                 "                    [--json]\n\n"
                  "Mean loss over non-overlapping windows of the split (all of them unless --windows):\n"
                  "the mixture NLL for a Decode-Branch model (loss), the primary and branch cross-entropies,\n"
                  "the mean alpha and bits per byte. --seq-len defaults to the model's block_size.\n"
                  "--prompt-len P: score positions P-1.. only, through the decode engine (prefill P tokens,\n"
-                 "then one step per token) unless --method tf.\n"
+                 "then one step per token) unless --method tf. --weights bf16: the decode engine multiplies by a\n"
+                 "bfloat16 copy of the matrices made at load (norms, biases, coupling vectors stay float32).\n"
                  "Record files with answer marks (dbranch prepare --synthetic): also the accuracy on the\n"
                  "marked answers (argmax of the model's distribution, teacher-forced), overall and per\n"
                  "position in the record.\n");
@@ -70,6 +72,8 @@ int cmd_eval(int argc, char **argv) {
     eval_loss_options options = eval_loss_default_options();
     int64_t threads = 0;
     int json = 0, decode_given = 0;
+    dt_dtype weights_type = DT_F32;
+    const char *weights_given = NULL;
     cli_seen seen = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -113,6 +117,9 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--method")) {
             method = v;
             ok = !strcmp(v, "tf") || !strcmp(v, "decode");
+        } else if (!strcmp(a, "--weights")) {
+            weights_given = v;
+            ok = eval_decode_weights_parse(v, &weights_type) == DT_OK;
         } else if (!strcmp(a, "--decode")) {
             decode_given = 1;
             if (!strcmp(v, "grouped"))
@@ -147,6 +154,11 @@ int cmd_eval(int argc, char **argv) {
                 method ? "--method tf" : "no --prompt-len");
         return 2;
     }
+    if (weights_given && options.method == EVAL_TEACHER_FORCED) {
+        fprintf(stderr, "dbranch eval: --weights %s applies to the decode engine, not to teacher-forced scoring (%s)\n",
+                weights_given, method ? "--method tf" : "no --prompt-len");
+        return 2;
+    }
     if (threads > 0) k_set_threads((int)threads);
 
     model m;
@@ -156,8 +168,11 @@ int cmd_eval(int argc, char **argv) {
         model_free(&m);
         return cli_fail("eval");
     }
+    eval_decode_weights weights;
+    dt_status status = eval_decode_weights_init(&weights, &m, weights_type);
+    options.decode_weights = &weights;
     eval_loss_result r;
-    dt_status status = eval_loss_run(&m, &data, &options, &r);
+    if (status == DT_OK) status = eval_loss_run(&m, &data, &options, &r);
     eval_accuracy_result accuracy = {0};
     int with_accuracy = status == DT_OK && data.has_answer[options.split];
     if (with_accuracy)
@@ -171,14 +186,15 @@ int cmd_eval(int argc, char **argv) {
             if (r.has_branch) snprintf(branch, sizeof branch, "%.6f", r.loss_branch);
             printf("{\"model\": \"%s\", \"data\": \"%s\", \"split\": \"%s\", \"method\": \"%s\", \"windows\": %lld, "
                    "\"seq_len\": %lld, \"prompt_len\": %lld, \"tokens\": %lld, \"bytes\": %lld, \"loss\": %.6f, "
-                   "\"loss_primary\": %.6f, \"loss_branch\": %s, \"alpha\": %.6f, \"bits_per_byte\": %.6f}\n",
+                   "\"loss_primary\": %.6f, \"loss_branch\": %s, \"alpha\": %.6f, \"bits_per_byte\": %.6f, "
+                   "\"weights\": \"%s\"}\n",
                    model_path, data_path, split, how, (long long)r.n_windows, (long long)r.seq_len,
                    (long long)options.prompt_len, (long long)r.n_tokens, (long long)r.n_bytes, r.loss, r.loss_primary,
-                   branch, r.alpha_mean, r.bits_per_byte);
+                   branch, r.alpha_mean, r.bits_per_byte, eval_decode_weights_name(weights_type));
             if (with_accuracy) print_accuracy_json(&accuracy);
         } else {
-            printf("eval %s on %s (%s): %lld windows, %lld positions scored, %s\n", model_path, data_path, split,
-                   (long long)r.n_windows, (long long)r.n_tokens, how);
+            printf("eval %s on %s (%s): %lld windows, %lld positions scored, %s%s\n", model_path, data_path, split,
+                   (long long)r.n_windows, (long long)r.n_tokens, how, weights_type == DT_BF16 ? ", bf16 weights" : "");
             if (r.has_branch)
                 printf("loss %.4f  loss_primary %.4f  loss_branch %.4f  alpha %.4f  bits/byte %.4f\n", r.loss,
                        r.loss_primary, r.loss_branch, r.alpha_mean, r.bits_per_byte);
@@ -189,6 +205,7 @@ int cmd_eval(int argc, char **argv) {
     }
     eval_accuracy_result_free(&accuracy);
     data_tokens_close(&data);
+    eval_decode_weights_free(&weights);
     model_free(&m);
     return status == DT_OK ? 0 : cli_fail("eval");
 }

@@ -8,18 +8,18 @@
 
 #include "cli/commands.h"
 #include "core/h5.h"
+#include "core/input_file.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
 #include "eval/generate.h"
 #include "kernels/gemm.h"
 #include "models/model_io.h"
-#include "core/input_file.h"
 
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch generate --model CKPT.h5 --prompt TEXT|--prompt-file FILE [--tokens N]\n"
                  "                        [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
                  "                        [--data DATA.h5 | --tokenizer FILE.h5]\n"
-                 "                        [--decode grouped|ungrouped|baseline] [--threads K]\n\n"
+                 "                        [--decode grouped|ungrouped|baseline] [--threads K] [--weights fp32|bf16]\n\n"
                  "Samples N tokens (default 64) after the prompt from the model's distribution: the\n"
                  "Decode-Branch mixture for a branch model (--decode baseline: the primary alone).\n"
                  "Temperature 0 is greedy; --top-k keeps the K most likely tokens, --top-p (in (0, 1])\n"
@@ -27,7 +27,9 @@ static void usage(FILE *out) {
                  "--prompt-file reads the prompt's bytes from FILE. Prints the prompt and the\n"
                  "continuation on stdout and llama.cpp-style timing lines on stderr (prompt eval:\n"
                  "the prefill; eval: the decode steps and sampling after it). The tokenizer is read\n"
-                 "from the dataset (or tokenizer) file, or byte-level when the vocabulary is 256.\n");
+                 "from the dataset (or tokenizer) file, or byte-level when the vocabulary is 256.\n"
+                 "--weights bf16 decodes with a bfloat16 copy of the matrices made at load (half the bytes per\n"
+                 "token; norms, biases and coupling vectors stay float32).\n");
 }
 
 /* The whole of path (at most 16 MiB) as the prompt; *n its bytes. */
@@ -68,6 +70,8 @@ int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_path = NULL, *data_path = NULL, *tokenizer_path = NULL;
     eval_generate_options options = eval_generate_default_options();
     int64_t threads = 0, seed = (int64_t)options.seed;
+    dt_dtype weights_type = DT_F32;
+    eval_decode_weights weights = {0};
     cli_seen seen = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -110,6 +114,11 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "--temperature")) {
             options.temperature = strtod(v, &end);
             ok = *v != '\0' && *end == '\0' && options.temperature >= 0.0 && isfinite(options.temperature);
+        } else if (!strcmp(a, "--weights")) {
+            if (eval_decode_weights_parse(v, &weights_type) != DT_OK) {
+                fprintf(stderr, "dbranch generate: %s\n", dt_error_message());
+                return 2;
+            }
         } else if (!strcmp(a, "--decode")) {
             if (!strcmp(v, "grouped"))
                 options.mode = EVAL_DECODE_GROUPED;
@@ -162,6 +171,8 @@ int cmd_generate(int argc, char **argv) {
         free(prompt_text);
         return cli_fail("generate");
     }
+    if ((status = eval_decode_weights_init(&weights, &m, weights_type)) != DT_OK) goto done;
+    options.weights = &weights;
     int64_t V = m.config.vocab_size;
     const char *source = data_path ? data_path : tokenizer_path;
     if (data_path) {
@@ -219,6 +230,7 @@ done:
     free(prompt_tokens);
     if (have_tokenizer) data_tokenizer_free(&own_tokenizer);
     if (have_data) data_tokens_close(&data);
+    eval_decode_weights_free(&weights);
     model_free(&m);
     return status == DT_OK ? 0 : cli_fail("generate");
 }

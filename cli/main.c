@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "kernels/isa.h"
 
 static const cli_command commands[] = {
     {"prepare", "tokenize a corpus into a token dataset file", cmd_prepare},
@@ -61,6 +62,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "--version")) {
         printf("dbranch %s\n", DBRANCH_VERSION);
         return checked_stdout(0);
+    }
+    if (k_isa_from_environment() != DT_OK) { /* DBRANCH_ISA: a lower kernel level (kernels/isa.h) */
+        fprintf(stderr, "dbranch: %s\n", dt_error_message());
+        return 2;
     }
     for (int i = 0; i < n_commands; i++)
         if (!strcmp(argv[1], commands[i].name)) return checked_stdout(commands[i].run(argc - 2, argv + 2));

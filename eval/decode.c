@@ -287,18 +287,33 @@ static void flush(eval_decode_session *s) {
     n_pending = 0;
 }
 
+/* The eval_matvec job of a product, its weight in the session's stored form
+ * (s->weights: bf16 twin or float32), counted as one load of the matrix at
+ * that form's bytes per element (the bias stays float32). */
+static eval_matvec_job matvec_job(eval_decode_session *s, float *out, const float *in, const float *weight,
+                                  const float *bias, int64_t M, int64_t K, int64_t N) {
+    eval_matvec_job job = {out, in, weight, bias, M, K, N, DT_F32};
+    job.weight = eval_decode_weights_find(s->weights, weight, N, K, &job.wtype);
+    if (eval_team_leader()) {
+        s->traffic.weight_bytes += (double)(N * K) * (double)dt_dtype_bytes(job.wtype) + (bias ? 4.0 * (double)N : 0.0);
+        s->traffic.matrix_loads++;
+    }
+    return job;
+}
+
 /* out [M,N] = in [M,K] · weight [N,K]^T + bias [N], counted as one load of the
  * matrix. M <= 2 products on the eval_matvec path are queued: they run at the
  * next flush(), together with the other independent products of the stage.
- * Anything else runs now through BLIS (never inside a team: see file comment). */
+ * Anything else runs now through BLIS on the float32 weights (never inside a
+ * team: see file comment), which a bf16 view has rounded to the same values. */
 static void queue_linear(eval_decode_session *s, float *out, const float *in, const float *weight, const float *bias,
                          int64_t M, int64_t K, int64_t N) {
-    count_weight(s, N * K + (bias ? N : 0));
-    if (eval_team_leader()) s->traffic.matrix_loads++;
     if (s->matvec == EVAL_MATVEC_OWN && M <= 2) {
         if (n_pending == EVAL_MATVEC_MAX_JOBS) flush(s);
-        pending[n_pending++] = (eval_matvec_job){out, in, weight, bias, M, K, N};
+        pending[n_pending++] = matvec_job(s, out, in, weight, bias, M, K, N);
     } else {
+        count_weight(s, N * K + (bias ? N : 0));
+        if (eval_team_leader()) s->traffic.matrix_loads++;
         k_linear_forward(out, in, weight, bias, M, K, N);
     }
 }
@@ -362,11 +377,9 @@ static void exec_flush(void *self) { flush(self); }
 static void exec_linear_pair(void *self, const model_row_product *a, const model_row_product *b,
                              void (*epilogue)(int64_t n0, int64_t n1, void *arg), void *arg) {
     eval_decode_session *s = self;
-    count_weight(s, a->N * a->K + b->N * b->K);
-    if (eval_team_leader()) s->traffic.matrix_loads += 2;
     flush(s);
-    const eval_matvec_job first = {a->out, a->in, a->weight, a->bias, a->M, a->K, a->N};
-    const eval_matvec_job second = {b->out, b->in, b->weight, b->bias, b->M, b->K, b->N};
+    const eval_matvec_job first = matvec_job(s, a->out, a->in, a->weight, a->bias, a->M, a->K, a->N);
+    const eval_matvec_job second = matvec_job(s, b->out, b->in, b->weight, b->bias, b->M, b->K, b->N);
     eval_team_matvec_pair(&s->team, &first, &second, epilogue, arg);
 }
 

@@ -38,6 +38,7 @@
 
 #include "core/arena.h"
 #include "core/error.h"
+#include "eval/decode_weights.h"
 #include "eval/matvec.h"
 #include "eval/team.h"
 #include "models/disco.h"
@@ -95,6 +96,10 @@ typedef struct eval_decode_session {
     const model *model;
     eval_decode_mode mode;
     eval_matvec_path matvec;  /* may be changed between steps */
+    /* The matrices' stored form (eval/decode_weights.h), read by the M <= 2
+     * products; NULL (the default): the model's float32 weights. Set before
+     * the first prefill; it must outlive the session. */
+    const eval_decode_weights *weights;
     int run_branch;           /* the model has a decode branch and mode != BASELINE */
     int64_t n_pos_max;        /* cache length: the model's block_size */
     int64_t max_prompt;       /* longest prompt eval_decode_prefill accepts */

@@ -140,6 +140,7 @@ dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o,
         ag_set_grad_enabled(&ctx, 0);
     } else {
         if ((status = eval_decode_init(&session, m, o->decode_mode, o->prompt_len)) != DT_OK) goto done;
+        session.weights = o->decode_weights;
         have_session = 1;
     }
 

@@ -33,6 +33,7 @@ typedef struct eval_loss_options {
     int64_t prompt_len;           /* 0: score every position (teacher-forced only); P: positions P-1.. */
     eval_loss_method method;      /* EVAL_DECODE needs prompt_len >= 1 */
     eval_decode_mode decode_mode; /* engine mode for EVAL_DECODE (grouped by default) */
+    const eval_decode_weights *decode_weights; /* EVAL_DECODE's matrices' stored form (NULL: the model's float32) */
 } eval_loss_options;
 
 typedef struct eval_loss_result {

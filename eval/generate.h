@@ -28,6 +28,7 @@ typedef struct eval_generate_options {
     uint64_t seed;
     eval_decode_mode mode;        /* GROUPED by default; BASELINE samples from the primary alone */
     eval_generate_timing *timing; /* filled when not NULL */
+    const eval_decode_weights *weights; /* the decode matrices' stored form (NULL: the model's float32) */
 } eval_generate_options;
 
 eval_generate_options eval_generate_default_options(void);

@@ -7,24 +7,52 @@
  * reads each row W[n,:] once and dots it with every input row while it is in
  * L1, with OpenMP over blocks of rows of W. `dbranch bench decode` measures
  * both paths (see eval_decode_session.matvec); the project rule that GEMMs go
- * through BLIS still holds for every M > 2 product (prefill, training). */
+ * through BLIS still holds for every M > 2 product (prefill, training).
+ *
+ * Weights are float32 or bfloat16 (a job's wtype; kernels/type_traits.h):
+ * a bf16 weight is widened to float32 in registers (exact: a 16-bit shift)
+ * and multiplied and accumulated in float32, lane for lane as the float32
+ * kernel does, so a bf16 product equals the float32 product of the same
+ * (bf16-representable) weights bit for bit at one instruction-set level. The
+ * level (AVX-512, AVX2, portable C) is chosen at run time (kernels/isa.h).
+ *
+ * bf16 rows are stored packed (eval_matvec_bf16_pack): in each full block of
+ * 32 elements of a row, position 2i holds element i and position 2i+1
+ * element 16+i (i < 16); the last K % 32 elements stay in order. So one
+ * 64-byte load gives two float32 vectors, elements 0-15 by a shift and 16-31
+ * by a mask, in the float32 kernel's order: 2 integer operations per 32
+ * weights instead of 2 widening shuffles and 2 shifts. */
 #ifndef EVAL_MATVEC_H
 #define EVAL_MATVEC_H
 
 #include <stdint.h>
 
+#include "core/tensor.h"
+
 /* out[M,N] = in[M,K] · weight[N,K]^T + bias[N]  (bias may be NULL).
  * Any M works; the weight is streamed once per pair of input rows. */
-void eval_matvec(float *out, const float *in, const float *weight, const float *bias, int64_t M, int64_t K,
-                 int64_t N);
+void eval_matvec(float *out, const float *in, const float *weight, const float *bias, int64_t M, int64_t K, int64_t N);
+/* The same with weight [N,K] stored as wtype (DT_F32 or DT_BF16). */
+void eval_matvec_typed(float *out, const float *in, const void *weight, dt_dtype wtype, const float *bias, int64_t M,
+                       int64_t K, int64_t N);
+
+/* dst [N,K] (bf16, packed as above) = src [N,K] (float32) rounded to nearest even. */
+void eval_matvec_bf16_pack(uint16_t *dst, const float *src, int64_t N, int64_t K);
+/* Where element k of a packed row of K elements is stored. */
+static inline int64_t eval_matvec_bf16_position(int64_t k, int64_t K) {
+    if (k >= K - K % 32) return k;
+    const int64_t j = k % 32;
+    return k - j + (j < 16 ? 2 * j : 2 * (j - 16) + 1);
+}
 
 /* One product of a batch: out [M,N] = in [M,K] · weight [N,K]^T + bias [N], M = 1 or 2. */
 typedef struct eval_matvec_job {
     float *out;
     const float *in;
-    const float *weight;
-    const float *bias; /* NULL: none */
+    const void *weight; /* [N,K] of wtype (bf16: packed rows) */
+    const float *bias;  /* NULL: none */
     int64_t M, K, N;
+    dt_dtype wtype; /* DT_F32 (0, the default of a job built without it) or DT_BF16 */
 } eval_matvec_job;
 
 enum { EVAL_MATVEC_MAX_JOBS = 8 };

@@ -174,6 +174,9 @@ typedef struct model_ffn_cost {
     /* Training activations kept per token (bench train's memory estimate):
      * activation_floats + k * activation_floats_per_expert for k experts. */
     int64_t activation_floats, activation_floats_per_expert;
+    /* The part of `expert` that is vectors read with its matrices (prod_norm's
+     * row): bf16 decode weights keep them float32 (models/model_info.c). */
+    int64_t expert_vectors;
 } model_ffn_cost;
 
 struct model_ffn_kind {

@@ -272,6 +272,8 @@ static void cost(const model_arch *arch, const model_layer_arch *layer, model_ff
     cost->router = E * C;
     /* an expert's matrices (and its row of prod_norm: read with them) */
     cost->expert = (factors + 1) * F * C + (layer->prod_norm ? F : 0);
+    cost->expert_vectors = layer->prod_norm ? F : 0;
+    cost->expert_vectors = layer->prod_norm ? F : 0;
     cost->n_expert = E;
     cost->params = cost->router + E * cost->expert;
     /* router logits and the combined output; per chosen expert: gathered input, the factors, the hidden, output */

@@ -50,6 +50,10 @@ static int64_t ffn_read(const model_ffn_cost *f, int64_t k) {
     return f->dense_matmul + f->dense_vectors + f->router + k * f->expert;
 }
 static int64_t ffn_matmul(const model_ffn_cost *f, int64_t k) { return f->dense_matmul + f->router + k * f->expert; }
+/* The part of ffn_read that is matrices (what bf16 decode weights store in 2 bytes). */
+static int64_t ffn_matrices(const model_ffn_cost *f, int64_t k) {
+    return f->dense_matmul + f->router + k * (f->expert - f->expert_vectors);
+}
 
 /* Floats per token one block's backward needs from its forward: norm outputs
  * and statistics, q/k/v, the attention output and its log-sum-exp, the
@@ -107,11 +111,14 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     info->matmul_params_branch = branch ? head : 0;
     int64_t floats_baseline = emb_rows + final_norm + head;
     int64_t floats_grouped = floats_baseline, floats_ungrouped = floats_baseline;
+    /* the matrices among those floats (bf16 decode weights: 2 bytes each; the rest stays float32) */
+    int64_t matrices_baseline = head, matrices_grouped = head, matrices_ungrouped = head;
     double attention_keys_flops = 0.0; /* sum over layers of 4 H*hd: q.k and p.v per key */
     double kv_floats_per_position = 0.0;
     if (branch) { /* the branch embedding is another row; un-grouped re-reads norms and head */
         floats_grouped += C;
         floats_ungrouped += emb_rows + final_norm + head;
+        matrices_ungrouped += head;
     }
     info->experts_baseline = E ? k : 0;
     /* training: embeddings, final norm and logits per token; the untied head's parameters */
@@ -133,6 +140,11 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     floats_baseline += boundaries * disco_read;
     floats_grouped += boundaries * disco_read;
     floats_ungrouped += boundaries * disco_read;
+    /* the boundary's head product is a matrix read (bf16 with bf16 decode weights); Phi's kept rows are read
+     * from the float32 table */
+    matrices_baseline += boundaries * head;
+    matrices_grouped += boundaries * head;
+    matrices_ungrouped += boundaries * head;
     info->train_flop_params += (double)(boundaries * (2 * head + final_norm + disco_params));
     info->activation_floats += (double)boundaries * (double)(C + a->norm->stats_rows + 2 * V + 3 * C + 2);
     for (int64_t l = 0; l < L * K; l++) {
@@ -175,19 +187,26 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
         floats_baseline += layer_read;
         floats_grouped += layer_read;
         floats_ungrouped += layer_read;
+        const int64_t layer_matrices = s.q + s.kv + s.o + ffn_matrices(&s.ffn, k);
+        matrices_baseline += layer_matrices;
+        matrices_grouped += layer_matrices;
+        matrices_ungrouped += layer_matrices;
         if (branch) {
             const int64_t ffn_read_branch = ffn_read(&s.ffn, kb);
             if (own_copies) {
                 /* Different tensors: nothing to share except the norms, head and K/V. */
                 floats_grouped += s.q + s.o + s.q_bias + s.o_bias + ffn_read_branch + s.couple;
+                matrices_grouped += s.q + s.o + ffn_matrices(&s.ffn, kb);
                 if (E) info->experts_grouped = k + kb;
             } else {
                 int64_t union_experts = c.branch_routing == ROUTING_REPLAY ? max64(k, kb) : min64(E, k + kb);
                 floats_grouped += (E ? union_experts - k : 0) * s.ffn.expert + s.couple;
+                matrices_grouped += (E ? union_experts - k : 0) * (s.ffn.expert - s.ffn.expert_vectors);
                 if (E) info->experts_grouped = union_experts;
             }
             /* Un-grouped: the branch pass reads everything it uses again. */
             floats_ungrouped += s.norms + s.routes_read + s.q + s.o + s.q_bias + s.o_bias + ffn_read_branch + s.couple;
+            matrices_ungrouped += s.q + s.o + ffn_matrices(&s.ffn, kb);
             if (E) info->experts_ungrouped = k + kb;
         }
     }
@@ -203,6 +222,9 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     info->weight_bytes_baseline = 4.0 * (double)floats_baseline;
     info->weight_bytes_grouped = 4.0 * (double)floats_grouped;
     info->weight_bytes_ungrouped = 4.0 * (double)floats_ungrouped;
+    info->weight_bytes_bf16_baseline = info->weight_bytes_baseline - 2.0 * (double)matrices_baseline;
+    info->weight_bytes_bf16_grouped = info->weight_bytes_grouped - 2.0 * (double)matrices_grouped;
+    info->weight_bytes_bf16_ungrouped = info->weight_bytes_ungrouped - 2.0 * (double)matrices_ungrouped;
 
     /* KV cache bytes per decode step: every layer's K and V rows up to `context`.
      * Grouped: both queries in one pass over the cache; un-grouped: twice. */

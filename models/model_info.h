@@ -43,6 +43,9 @@ typedef struct model_info {
     double weight_bytes_baseline;
     double weight_bytes_grouped;   /* Decode-Branch, both rows per weight load */
     double weight_bytes_ungrouped; /* Decode-Branch, two separate passes: the sum */
+    /* The same with bf16 decode weights (eval/decode_weights.h): every
+     * matrix 2 bytes per element; vectors and embedding rows float32. */
+    double weight_bytes_bf16_baseline, weight_bytes_bf16_grouped, weight_bytes_bf16_ungrouped;
     /* Experts loaded per MoE layer per step (0 for dense families). Grouped
      * with replay: the union of the primary's top_k and the branch's
      * top_k_branch, which replay takes from the same ranking: max(top_k,

@@ -333,7 +333,8 @@ Test(decode_reference, loop_heldout) {
 /* One cost model: the bytes the decode step counts as it runs equal what the
  * cost model (models/model_info.h, read by `dbranch info`) computes from the
  * configuration alone, in every mode, for every family and SPEC §6 option
- * (router replay: the union of the experts is max(top_k, top_k_branch)). */
+ * (router replay: the union of the experts is max(top_k, top_k_branch)), with
+ * float32 and with bf16 decode weights (eval/decode_weights.h). */
 static void check_cost_model(const char *spec, uint64_t seed) {
     model m;
     eval_test_model(&m, spec, seed);
@@ -342,26 +343,34 @@ static void check_cost_model(const char *spec, uint64_t seed) {
     eval_test_tokens(tokens, 8, m.config.vocab_size, seed);
     model_info info;
     cr_assert_eq(model_info_compute(&m.config, P + 1, &info), DT_OK, "%s", dt_error_message());
-    const double weights[3] = {info.weight_bytes_baseline, info.weight_bytes_grouped, info.weight_bytes_ungrouped};
+    const double weights[2][3] = {
+        {info.weight_bytes_baseline, info.weight_bytes_grouped, info.weight_bytes_ungrouped},
+        {info.weight_bytes_bf16_baseline, info.weight_bytes_bf16_grouped, info.weight_bytes_bf16_ungrouped}};
+    eval_decode_weights bf16;
+    cr_assert(eval_decode_weights_init(&bf16, &m, DT_BF16) == DT_OK, "%s", dt_error_message());
     const double kv[3] = {info.kv_bytes_baseline, info.kv_bytes_grouped, info.kv_bytes_ungrouped};
     const int64_t experts[3] = {info.experts_baseline, info.experts_grouped, info.experts_ungrouped};
     const int has_branch = m.config.branch == BRANCH_DECODE;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 6; i++) {
+        const int w = i / 3; /* 0: float32 weights, 1: bf16 */
         eval_decode_session s;
-        cr_assert(eval_decode_init(&s, &m, all_modes[i], 0) == DT_OK);
+        cr_assert(eval_decode_init(&s, &m, all_modes[i % 3], 0) == DT_OK);
+        s.weights = w ? &bf16 : NULL;
         cr_assert(eval_decode_prefill(&s, tokens, P, NULL) == DT_OK);
         cr_assert(eval_decode_step(&s, tokens[P]) == DT_OK);
-        const int j = has_branch ? i : 0; /* without a branch every mode is the baseline */
-        cr_expect_eq(s.traffic.weight_bytes, weights[j], "%s %s: counted %.0f weight bytes, the cost model %.0f", spec,
-                     eval_decode_mode_name(all_modes[i]), s.traffic.weight_bytes, weights[j]);
+        const int j = has_branch ? i % 3 : 0; /* without a branch every mode is the baseline */
+        cr_expect_eq(s.traffic.weight_bytes, weights[w][j], "%s %s %s: counted %.0f weight bytes, the cost model %.0f",
+                     spec, eval_decode_mode_name(all_modes[i % 3]), eval_decode_weights_name(w ? DT_BF16 : DT_F32),
+                     s.traffic.weight_bytes, weights[w][j]);
         cr_expect_eq(s.traffic.kv_read_bytes, kv[j], "%s %s: counted %.0f KV bytes, the cost model %.0f", spec,
-                     eval_decode_mode_name(all_modes[i]), s.traffic.kv_read_bytes, kv[j]);
+                     eval_decode_mode_name(all_modes[i % 3]), s.traffic.kv_read_bytes, kv[j]);
         const int64_t applied_layers = m.config.n_layer * m.config.n_loop; /* SPEC §6.6: every application */
         cr_expect_eq(s.traffic.expert_loads, experts[j] * applied_layers, "%s %s: %lld expert loads vs %lld", spec,
-                     eval_decode_mode_name(all_modes[i]), (long long)s.traffic.expert_loads,
+                     eval_decode_mode_name(all_modes[i % 3]), (long long)s.traffic.expert_loads,
                      (long long)(experts[j] * applied_layers));
         eval_decode_free(&s);
     }
+    eval_decode_weights_free(&bf16);
     model_free(&m);
 }
 
@@ -383,6 +392,7 @@ Test(decode_traffic, counters_equal_the_cost_model) {
         NANOGPT "n_loop=2 disco=1 disco_top=5",
         LLAMA "n_loop=3 disco=1 disco_top=0 disco_gate=learned",
         MOE "top_k=2 n_loop=2 disco=1 disco_gate=learned disco_top=7",
+        MOE "ffn=triplu ffn_prod_norm=1 top_k=2 branch=decode", /* prod_norm rows read with the experts */
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_cost_model(specs[i], 70 + i);

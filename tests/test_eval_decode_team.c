@@ -60,7 +60,7 @@ static void check_team(int threads, const int64_t *Ms, const int64_t *Ks, const 
             c->out[j][r] = malloc((size_t)(M * N) * sizeof(float));
             for (int64_t i = 0; i < M * N; i++) c->out[j][r][i] = NAN; /* every element must be written */
         }
-        c->jobs[j] = (eval_matvec_job){NULL, c->in[j], c->weight[j], j % 2 ? c->bias[j] : NULL, M, K, N};
+        c->jobs[j] = (eval_matvec_job){NULL, c->in[j], c->weight[j], j % 2 ? c->bias[j] : NULL, M, K, N, DT_F32};
     }
     eval_team_run(&c->team, threads, team_body, c);
 

@@ -1,11 +1,15 @@
 /* The decode-only multi-row GEMV (eval/matvec.h) against naive double loops,
- * on shapes that exercise every tail (K % 16, N % 4, odd M). */
+ * on shapes that exercise every tail (K % 16, N % 4, odd M), at every
+ * instruction-set level, with float32 and bf16 weights. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/rng.h"
 #include "eval/matvec.h"
+#include "kernels/isa.h"
+#include "kernels/type_traits.h"
 
 static void check_matvec(int64_t M, int64_t K, int64_t N, int with_bias) {
     dt_rng rng;
@@ -37,7 +41,8 @@ Test(matvec, tails_and_rows) {
     const int64_t Ms[] = {1, 2, 3, 4}, Ks[] = {1, 7, 16, 17, 100}, Ns[] = {1, 3, 4, 5, 33};
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < 5; b++)
-            for (int c = 0; c < 5; c++) check_matvec(Ms[a], Ks[b], Ns[c], (a + b + c) % 2);
+            for (int c = 0; c < 5; c++)
+                check_matvec(Ms[a], Ks[b], Ns[c], (a + b + c) % 2);
 }
 
 Test(matvec, parallel_sizes) { /* large enough for the OpenMP path */
@@ -61,7 +66,7 @@ Test(matvec, batch_equals_separate_products) {
         batched[j] = malloc((size_t)(2 * Ns[j]) * sizeof(float));
         single[j] = malloc((size_t)(2 * Ns[j]) * sizeof(float));
         dt_rng_fill_normal(&rng, weights[j], Ns[j] * K, 1.0f);
-        jobs[j] = (eval_matvec_job){batched[j], in, weights[j], j == 1 ? NULL : bias, Ms[j], K, Ns[j]};
+        jobs[j] = (eval_matvec_job){batched[j], in, weights[j], j == 1 ? NULL : bias, Ms[j], K, Ns[j], DT_F32};
         eval_matvec(single[j], in, weights[j], j == 1 ? NULL : bias, Ms[j], K, Ns[j]);
     }
     eval_matvec_batch(jobs, 3);
@@ -73,4 +78,114 @@ Test(matvec, batch_equals_separate_products) {
     }
     free(in);
     free(bias);
+}
+
+/* ---- instruction-set levels and bf16 weights ------------------------------ */
+
+/* Every level this CPU runs (kernels/isa.h), forced in turn: the float32
+ * products against double sums, and the bf16 products (a) bit for bit equal
+ * to the float32 products of the same level on the bf16-rounded weights
+ * (widening is exact and the lanes and order are the float32 kernel's), and
+ * (b) against double sums on the unrounded weights within the derived bound
+ * 2^-8 S + gamma_{K+1} (1 + 2^-8) (S + |b|), S = sum_k |w_k x_k|: rounding
+ * moves each weight by at most 2^-8 of itself (8 significant bits), and a
+ * float32 sum of K products plus a bias is within gamma_{K+1} = (K+1) u /
+ * (1 - (K+1) u), u = 2^-24, of its exact value in any order, FMA or not. */
+static void check_levels(int64_t M, int64_t K, int64_t N, int with_bias) {
+    dt_rng rng;
+    dt_rng_seed(&rng, (uint64_t)(M * 7919 + K * 104729 + N));
+    float *in = malloc((size_t)(M * K) * sizeof(float)), *w = malloc((size_t)(N * K) * sizeof(float));
+    float *rounded = malloc((size_t)(N * K) * sizeof(float)), *bias = malloc((size_t)N * sizeof(float));
+    uint16_t *w16 = malloc((size_t)(N * K) * sizeof(uint16_t));
+    float *out32 = malloc((size_t)(M * N) * sizeof(float)), *out16 = malloc((size_t)(M * N) * sizeof(float));
+    dt_rng_fill_normal(&rng, in, M * K, 1.0f);
+    dt_rng_fill_normal(&rng, w, N * K, 1.0f);
+    dt_rng_fill_normal(&rng, bias, N, 1.0f);
+    eval_matvec_bf16_pack(w16, w, N, K);
+    for (int64_t i = 0; i < N * K; i++)
+        rounded[i] = k_bf16_to_float(k_bf16_from_float(w[i]));
+    const float *b = with_bias ? bias : NULL;
+    const double u = ldexp(1.0, -24), gamma = (double)(K + 1) * u / (1.0 - (double)(K + 1) * u);
+    for (int level = 0; level <= (int)k_isa_supported(); level++) {
+        cr_assert_eq(k_isa_force((k_isa)level), DT_OK, "%s", dt_error_message());
+        cr_assert_eq(k_isa_active(), (k_isa)level);
+        eval_matvec(out32, in, rounded, b, M, K, N);
+        eval_matvec_typed(out16, in, w16, DT_BF16, b, M, K, N);
+        for (int64_t i = 0; i < M * N; i++)
+            cr_assert_eq(out16[i], out32[i], "%s M=%lld K=%lld N=%lld: bf16 %.9g, float32 on rounded %.9g",
+                         k_isa_name((k_isa)level), (long long)M, (long long)K, (long long)N, out16[i], out32[i]);
+        eval_matvec(out32, in, w, b, M, K, N);
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double exact = with_bias ? bias[n] : 0.0, S = 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    exact += (double)in[m * K + k] * w[n * K + k];
+                    S += fabs((double)in[m * K + k] * w[n * K + k]);
+                }
+                const double B = with_bias ? fabs(bias[n]) : 0.0;
+                cr_assert(fabs(out32[m * N + n] - exact) <= gamma * (S + B),
+                          "%s float32 M=%lld K=%lld N=%lld: %g vs %g", k_isa_name((k_isa)level), (long long)M,
+                          (long long)K, (long long)N, out32[m * N + n], exact);
+                const double bound = ldexp(S, -8) + gamma * (1.0 + ldexp(1.0, -8)) * (S + B);
+                cr_assert(fabs(out16[m * N + n] - exact) <= bound, "%s bf16 M=%lld K=%lld N=%lld: %g vs %g (bound %g)",
+                          k_isa_name((k_isa)level), (long long)M, (long long)K, (long long)N, out16[m * N + n], exact,
+                          bound);
+            }
+    }
+    k_isa_reset();
+    free(in);
+    free(w);
+    free(rounded);
+    free(bias);
+    free(w16);
+    free(out32);
+    free(out16);
+}
+
+Test(matvec, every_level_float32_and_bf16) {
+    /* K: below, at and past the vector widths (8, 16), the packed bf16 block (32) and their tails; N: full and
+     * short blocks of 8 rows */
+    const int64_t Ms[] = {1, 2, 3}, Ks[] = {1, 7, 8, 9, 16, 17, 31, 32, 40, 48, 65, 257}, Ns[] = {1, 5, 8, 9, 33};
+    for (int a = 0; a < 3; a++)
+        for (int k = 0; k < 12; k++)
+            for (int n = 0; n < 5; n++)
+                check_levels(Ms[a], Ks[k], Ns[n], (a + k + n) % 2);
+    check_levels(2, 768, 515, 1); /* the OpenMP path */
+}
+
+/* The level is forced down, never up, and words other than the three are refused. */
+Test(matvec, isa_levels_forced_down_only) {
+    k_isa level;
+    cr_assert_eq(k_isa_parse("avx2", &level), DT_OK);
+    cr_assert_eq(level, K_ISA_AVX2);
+    cr_assert_eq(k_isa_parse("sse2", &level), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "'sse2'"), "%s", dt_error_message());
+    cr_assert_eq(k_isa_force((k_isa)7), DT_ERR);
+    if (k_isa_supported() < K_ISA_AVX512) {
+        cr_assert_eq(k_isa_force(K_ISA_AVX512), DT_ERR);
+        cr_assert(strstr(dt_error_message(), "supports up to"), "%s", dt_error_message());
+    }
+    cr_assert_eq(k_isa_force(K_ISA_SCALAR), DT_OK);
+    cr_assert_eq(k_isa_active(), K_ISA_SCALAR);
+    k_isa_reset();
+    cr_assert_eq(k_isa_active(), k_isa_supported());
+}
+
+/* The packed bf16 layout (matvec.h): element i of a full 32-block at 2i, 16+i at 2i+1, the tail in order. */
+Test(matvec, bf16_packing_positions) {
+    cr_assert_eq(eval_matvec_bf16_position(0, 64), 0);
+    cr_assert_eq(eval_matvec_bf16_position(1, 64), 2);
+    cr_assert_eq(eval_matvec_bf16_position(15, 64), 30);
+    cr_assert_eq(eval_matvec_bf16_position(16, 64), 1);
+    cr_assert_eq(eval_matvec_bf16_position(31, 64), 31);
+    cr_assert_eq(eval_matvec_bf16_position(33, 64), 34);
+    cr_assert_eq(eval_matvec_bf16_position(48, 64), 33);
+    cr_assert_eq(eval_matvec_bf16_position(32, 40), 32, "the tail of 8 stays in order");
+    cr_assert_eq(eval_matvec_bf16_position(39, 40), 39);
+    cr_assert_eq(eval_matvec_bf16_position(5, 31), 5, "a row shorter than a block is not packed");
+    const float src[2] = {1.0f, -2.5f};
+    uint16_t dst[2];
+    eval_matvec_bf16_pack(dst, src, 2, 1);
+    cr_assert_eq(dst[0], 0x3f80);
+    cr_assert_eq(dst[1], 0xc020);
 }
