@@ -220,6 +220,7 @@ dt_status eval_decode_init(eval_decode_session *s, const model *m, eval_decode_m
     if (m->arch.n_expert > 0 && (c->top_k > MAX_TOP_K || c->top_k_branch > MAX_TOP_K))
         return dt_errorf("decode: top_k %lld / top_k_branch %lld above the engine's limit %d", (long long)c->top_k,
                          (long long)c->top_k_branch, MAX_TOP_K);
+    if (m->arch.recurrent) return dt_errorf("decode: recurrent = 1 is not implemented in the decode engine yet");
     if (max_prompt < 0 || max_prompt > c->block_size)
         return dt_errorf("decode: max_prompt %lld outside 0..block_size %lld", (long long)max_prompt,
                          (long long)c->block_size);

@@ -82,6 +82,8 @@ dt_status model_arch_build(model_arch *arch, const model_config *c) {
         arch->route_per_block = 2 * c->n_layer / arch->route_blocks;
     }
 
+    arch->recurrent = c->recurrent;
+
     arch->layers = calloc((size_t)arch->L, sizeof *arch->layers);
     if (!arch->layers) return dt_errorf("model description: out of memory for %lld layers", (long long)arch->L);
     const int coupled = arch->has_branch && c->couple;
