@@ -35,6 +35,7 @@
 #include "kernels/gemm.h"
 #include "kernels/mixture.h"
 #include "kernels/norm.h"
+#include "kernels/recurrent_attention.h"
 #include "kernels/rope.h"
 #include "kernels/softmax.h"
 #include "kernels/topk.h"
@@ -48,6 +49,7 @@ typedef struct shapes {
     int64_t C, H, Hkv, hd, qdim, kvdim, F, V, E, L, top_k, top_k_branch;
     int moe;                /* routed experts: per-layer routing scratch */
     int max_product_degree; /* most factors of a product FFN (SPEC §6.1) in any layer */
+    int recurrent;          /* SPEC §6.4: the persistent pair's products and rotation, 2 stages per layer */
 } shapes;
 
 /* Sizes from the model description (models/arch.h): the largest over the
@@ -70,6 +72,7 @@ static shapes shapes_of(const model *m) {
     d.top_k_branch = a->top_k_branch;
     d.moe = d.E > 0;
     d.max_product_degree = 0;
+    d.recurrent = a->recurrent;
     for (int64_t l = 0; l < a->L; l++)
         if (a->layers[l].product_degree > d.max_product_degree) d.max_product_degree = a->layers[l].product_degree;
     return d;
@@ -117,7 +120,7 @@ const char *eval_decode_mode_name(eval_decode_mode mode) {
  * below keeps a margin (3 and 10 / 9 + 4 per pair); tests check no step
  * overflows it. */
 static int64_t team_stages(const shapes *d) {
-    int64_t per_layer = d->moe ? 9 + 4 * (d->top_k + d->top_k_branch) : 10;
+    int64_t per_layer = (d->moe ? 9 + 4 * (d->top_k + d->top_k_branch) : 10) + 2 * d->recurrent;
     return 2 * (3 + d->L * per_layer) + 8;
 }
 
@@ -146,6 +149,10 @@ static void layout(eval_decode_session *s, planner *p) {
     const size_t f = sizeof(float), i = sizeof(int32_t);
     s->k_cache = take(p, d.L * T * d.kvdim, f);
     s->v_cache = take(p, d.L * T * d.kvdim, f);
+    const int64_t tmp_rows = s->model->arch.recurrent ? d.L : 0;
+    s->k_tmp = take(p, tmp_rows * d.kvdim, f);
+    s->v_tmp = take(p, tmp_rows * d.kvdim, f);
+    s->x_persist = take(p, tmp_rows ? d.C : 0, f);
     s->q1 = take(p, d.L * d.qdim, f);
     s->z1 = take(p, d.L * d.F, f);
     s->m1 = take(p, d.L * d.C, f);
@@ -220,7 +227,6 @@ dt_status eval_decode_init(eval_decode_session *s, const model *m, eval_decode_m
     if (m->arch.n_expert > 0 && (c->top_k > MAX_TOP_K || c->top_k_branch > MAX_TOP_K))
         return dt_errorf("decode: top_k %lld / top_k_branch %lld above the engine's limit %d", (long long)c->top_k,
                          (long long)c->top_k_branch, MAX_TOP_K);
-    if (m->arch.recurrent) return dt_errorf("decode: recurrent = 1 is not implemented in the decode engine yet");
     if (max_prompt < 0 || max_prompt > c->block_size)
         return dt_errorf("decode: max_prompt %lld outside 0..block_size %lld", (long long)max_prompt,
                          (long long)c->block_size);
@@ -418,6 +424,20 @@ static void ffn_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
     la->ffn->rows(&call);
 }
 
+/* Where the primary row's new key (value) of layer l goes: the cache row at
+ * pos, or for a recurrent layer (SPEC §6.4) the temporary pair. */
+static float *new_key_row(eval_decode_session *s, int64_t l, int64_t pos) {
+    const int64_t kvdim = s->model->arch.layers[l].kv_width;
+    return s->model->arch.recurrent ? s->k_tmp + l * s->model->arch.max_kv_width
+                                    : cache_of(s, s->k_cache, l) + pos * kvdim;
+}
+
+static float *new_value_row(eval_decode_session *s, int64_t l, int64_t pos) {
+    const int64_t kvdim = s->model->arch.layers[l].kv_width;
+    return s->model->arch.recurrent ? s->v_tmp + l * s->model->arch.max_kv_width
+                                    : cache_of(s, s->v_cache, l) + pos * kvdim;
+}
+
 /* What has to happen between the Q/K/V products and attention, for the query
  * heads that read kv heads [kv_begin, kv_end) (SPEC §2): the primary row
  * saves its query before RoPE as q1 and rotates the new key row at pos; the
@@ -433,7 +453,7 @@ static void prepare_heads(eval_decode_session *s, int64_t l, int64_t pos, int ro
     const int64_t group = d.H / d.Hkv, q_begin = kv_begin * group * d.hd, q_len = (kv_end - kv_begin) * group * d.hd;
     float *q = s->rows.q, *q1 = s->q1 + l * m->arch.max_q_width;
     if (row0 == 0) {
-        float *k_row = cache_of(s, s->k_cache, l) + pos * d.kvdim;        // [Hkv*hd]
+        float *k_row = new_key_row(s, l, pos);                            // [Hkv*hd]
         memcpy(q1 + q_begin, q + q_begin, (size_t)q_len * sizeof(float)); /* before RoPE */
         if (position->rotary)
             position->rotate_heads(k_row + kv_begin * d.hd, layer->rope_table, pos, kv_end - kv_begin, d.hd);
@@ -462,11 +482,34 @@ typedef struct attention_args {
     int64_t H, Hkv, hd;
 } attention_args;
 
+/* The attention kernel's core on kv heads [kv_begin, kv_end): over cache rows
+ * 0..pos, or for a recurrent layer over the persistent rows 0..pos-1 and the
+ * primary's temporary pair (SPEC §6.4: the branch's query sees the same keys). */
+static void attention_core(const attention_args *a, int64_t kv_begin, int64_t kv_end) {
+    if (!a->s->model->arch.recurrent) {
+        k_attention_decode_range(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd, kv_begin,
+                                 kv_end, a->scratch);
+        return;
+    }
+    const k_recurrent_keys keys = {a->k_cache,
+                                   a->v_cache,
+                                   a->Hkv * a->hd,
+                                   new_key_row(a->s, a->l, a->pos),
+                                   new_value_row(a->s, a->l, a->pos),
+                                   a->pos,
+                                   a->H,
+                                   a->Hkv,
+                                   a->hd,
+                                   NULL};
+    /* each kv head's own scratch row: items of the team run at once */
+    k_recurrent_attention_forward_range(a->out, NULL, a->q, a->n_rows, &keys, kv_begin, kv_end,
+                                        a->scratch + kv_begin * (a->pos + 1));
+}
+
 static void attention_kv_head(int64_t kv_head, void *arg) {
     const attention_args *a = arg;
     prepare_heads(a->s, a->l, a->pos, a->row0, a->n_rows, kv_head, kv_head + 1);
-    k_attention_decode_range(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd, kv_head,
-                             kv_head + 1, a->scratch);
+    attention_core(a, kv_head, kv_head + 1);
 }
 
 /* Attention of rows [row0, row0 + n_rows) at layer l, position pos; the
@@ -476,7 +519,7 @@ static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int r
     float *out = s->rows.y + row0 * d.qdim, *q = s->rows.q + row0 * d.qdim;
     const float *k_cache = cache_of(s, s->k_cache, l), *v_cache = cache_of(s, s->v_cache, l);
     count(s, &s->traffic.kv_read_bytes, 2.0 * (double)(pos + 1) * (double)d.kvdim * 4.0);
-    if (!eval_team_active()) { /* the kernel, threaded by itself */
+    if (!eval_team_active() && !s->model->arch.recurrent) { /* the kernel, threaded by itself */
         prepare_heads(s, l, pos, row0, n_rows, 0, d.Hkv);
         k_attention_decode(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, s->rows.attn_scratch);
         return;
@@ -494,7 +537,32 @@ static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int r
                         .H = d.H,
                         .Hkv = d.Hkv,
                         .hd = d.hd};
+    if (!eval_team_active()) { /* the BLIS path: this thread does every kv head */
+        prepare_heads(s, l, pos, row0, n_rows, 0, d.Hkv);
+        attention_core(&a, 0, d.Hkv);
+        return;
+    }
     eval_team_for(&s->team, d.Hkv, attention_kv_head, &a);
+}
+
+/* Recurrent layer l (SPEC §6.4), after the primary row's out_t (h row 0) is
+ * known and normed into x_persist: the persistent pair k^_t, v^_t =
+ * x_persist Wk^T, Wv^T, appended to the cache at pos (k rotated at pos). */
+static void append_persistent_pair(eval_decode_session *s, int64_t l, int64_t pos) {
+    const model *m = s->model;
+    const model_layer *layer = &m->layers[l];
+    const shapes dl = layer_shapes(m, l);
+    float *k_row = cache_of(s, s->k_cache, l) + pos * dl.kvdim, *v_row = cache_of(s, s->v_cache, l) + pos * dl.kvdim;
+    count_norm(s, layer->attn_norm, layer->attn_norm_bias);
+    queue_linear(s, k_row, s->x_persist, data_of(layer->primary.wk), data_of(layer->primary.wk_bias), 1, dl.C,
+                 dl.kvdim);
+    queue_linear(s, v_row, s->x_persist, data_of(layer->primary.wv), data_of(layer->primary.wv_bias), 1, dl.C,
+                 dl.kvdim);
+    count(s, &s->traffic.kv_write_bytes, 2.0 * (double)dl.kvdim * 4.0);
+    flush(s);
+    if (m->arch.position->rotary) EVAL_TEAM_SERIAL(&s->team) {
+            m->arch.position->rotate_heads(k_row, layer->rope_table, pos, dl.Hkv, dl.hd);
+        }
 }
 
 /* The residual scheme between sublayers (models/arch.h): the running sum
@@ -540,6 +608,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
     eval_decode_rows *r = &s->rows;
     eval_team *team = &s->team;
     int has_branch_row = row0 + n_rows == 2;
+    const int persist = m->arch.recurrent && row0 == 0; /* the primary row appends its persistent pairs */
     float *h = r->h + row0 * d.C, *x = r->x + row0 * d.C;
 
     EVAL_TEAM_SERIAL(team) {
@@ -556,15 +625,14 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
     for (int64_t l = 0; l < d.L; l++) {
         const model_layer *layer = &m->layers[l];
         const model_block_weights *p = &layer->primary, *b = &layer->branch;
-        float *k_cache = cache_of(s, s->k_cache, l), *v_cache = cache_of(s, s->v_cache, l);
         const shapes dl = layer_shapes(m, l);
 
         count_norm(s, layer->attn_norm, layer->attn_norm_bias); /* x = attention norm of h: computed above */
         rows_linear(s, r->q, r->x, row0, n_rows, p->wq, p->wq_bias, b->wq, b->wq_bias, d.C, dl.qdim);
         if (row0 == 0) { /* K, V of the primary row only, straight into the cache */
-            queue_linear(s, k_cache + pos * dl.kvdim, r->x, data_of(p->wk), data_of(p->wk_bias), 1, d.C, dl.kvdim);
-            queue_linear(s, v_cache + pos * dl.kvdim, r->x, data_of(p->wv), data_of(p->wv_bias), 1, d.C, dl.kvdim);
-            count(s, &s->traffic.kv_write_bytes, 2.0 * (double)dl.kvdim * 4.0);
+            queue_linear(s, new_key_row(s, l, pos), r->x, data_of(p->wk), data_of(p->wk_bias), 1, d.C, dl.kvdim);
+            queue_linear(s, new_value_row(s, l, pos), r->x, data_of(p->wv), data_of(p->wv_bias), 1, d.C, dl.kvdim);
+            if (!m->arch.recurrent) count(s, &s->traffic.kv_write_bytes, 2.0 * (double)dl.kvdim * 4.0);
         }
         flush(s); /* Wq (both rows), Wk, Wv in one stage */
         /* both queries in one pass over the cache */
@@ -586,6 +654,8 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             advance_stream(s, h, r->m, row0, n_rows, 2, r->history, 2 * l + 1,
                            l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
                            l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
+            if (persist) /* out_t of the primary row (SPEC §6.4), normed by this layer's Norm1 */
+                norm(s, s->x_persist, r->mean, r->rstd, h, layer->attn_norm, layer->attn_norm_bias, 1, d.C);
             if (l + 1 < d.L)
                 norm(s, x, r->mean, r->rstd, h, m->layers[l + 1].attn_norm, m->layers[l + 1].attn_norm_bias, n_rows,
                      d.C);
@@ -594,6 +664,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         }
         count_route(s, l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
                     l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
+        if (persist) append_persistent_pair(s, l, pos);
     }
     count_norm(s, m->final_norm, m->final_norm_bias);
     rows_linear(s, s->logits, r->x, row0, n_rows, m->lm_head, NULL, m->lm_head, NULL, d.C, d.V);
@@ -642,11 +713,13 @@ void eval_decode_mixture(const eval_decode_session *s, float *probs) {
         if (lp[v] > max_p) max_p = lp[v];
         if (lq[v] > max_q) max_q = lq[v];
     }
-    for (int64_t v = 0; v < V; v++) sum_p += exp((double)lp[v] - max_p);
+    for (int64_t v = 0; v < V; v++)
+        sum_p += exp((double)lp[v] - max_p);
     double alpha = s->run_branch ? s->alpha : 1.0,
            beta = s->run_branch ? s->one_minus_alpha : 0.0; /* beta = 1 - alpha */
     if (beta > 0.0)
-        for (int64_t v = 0; v < V; v++) sum_q += exp((double)lq[v] - max_q);
+        for (int64_t v = 0; v < V; v++)
+            sum_q += exp((double)lq[v] - max_q);
     for (int64_t v = 0; v < V; v++) {
         double r = alpha * exp((double)lp[v] - max_p) / sum_p;
         if (beta > 0.0) r += beta * exp((double)lq[v] - max_q) / sum_q;
@@ -728,6 +801,21 @@ static dt_status check_token(const eval_decode_session *s, int32_t token) {
     return DT_OK;
 }
 
+/* A recurrent model's prefill (SPEC §6.4) is a scan: position t's keys need
+ * out_{t-1} of every layer, so each prompt position is one decode step of the
+ * primary row; the branch row joins the last, as in eval_decode_step. */
+static void prefill_scan(eval_decode_session *s, const int32_t *tokens, int64_t P, float *logits_all) {
+    const int64_t V = s->model->arch.V;
+    for (int64_t t = 0; t < P; t++) {
+        const int last = t == P - 1 && s->run_branch;
+        run_rows(s, tokens[t], t, 0, last && s->mode == EVAL_DECODE_GROUPED ? 2 : 1,
+                 last && s->mode == EVAL_DECODE_UNGROUPED);
+        if (logits_all) memcpy(logits_all + t * V, s->logits, (size_t)V * sizeof(float));
+    }
+    s->pos = P - 1;
+    update_alpha(s);
+}
+
 dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int64_t P, float *logits_all) {
     const model *m = s->model;
     shapes d = shapes_of(m);
@@ -738,6 +826,10 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
     for (int64_t t = 0; t < P; t++)
         if (check_token(s, tokens[t]) != DT_OK) return dt_error_context("prompt position %lld", (long long)t);
     memset(&s->traffic, 0, sizeof s->traffic);
+    if (m->arch.recurrent) {
+        prefill_scan(s, tokens, P, logits_all);
+        return DT_OK;
+    }
     int extra = s->run_branch && s->mode == EVAL_DECODE_GROUPED; /* the branch row rides along as row P */
     int64_t rows = P + extra;
 

@@ -99,6 +99,10 @@ typedef struct eval_decode_session {
     int64_t pos;              /* position whose logits are held; -1 before the first prefill */
     dt_arena arena;           /* owns every buffer below */
     float *k_cache, *v_cache; /* [L, n_pos_max, Hkv*hd] */
+    /* recurrent (SPEC §6.4): the cache holds the persistent pairs; these the
+     * primary's temporary pairs at `pos` (k rotated), which the branch row reads too. */
+    float *k_tmp, *v_tmp; /* [L, Hkv*hd] */
+    float *x_persist;     /* [C] Norm1_l(out_t) of the primary row */
     /* The primary's intermediates at position `pos`, per layer, read by the branch row. */
     float *q1;                            /* [L, H*hd] query before RoPE */
     float *z1;                            /* [L, F] MLP hidden activation (dense layers) */

@@ -204,10 +204,29 @@ Test(decode_tf, moe_attnres_full_share_off) {
     check_against_teacher_forced(MOE "attn_res=full attn_res_heads=2 branch=decode share=off top_k=2 " ALPHA_FREE, 53);
 }
 
+/* SPEC §6.4 recurrent layers: the cache holds the persistent pairs, prefill is a scan. */
+Test(decode_tf, nanogpt_recurrent) { check_against_teacher_forced(NANOGPT "recurrent=1 branch=none", 61); }
+Test(decode_tf, nanogpt_recurrent_branch) {
+    check_against_teacher_forced(NANOGPT "recurrent=1 branch=decode " ALPHA_FREE, 62);
+}
+Test(decode_tf, llama_recurrent_gqa_layer_heads_branch) {
+    check_against_teacher_forced(LLAMA "recurrent=1 layer_heads=2,8 branch=decode " ALPHA_FREE, 63);
+}
+Test(decode_tf, moe_recurrent_replay) {
+    check_against_teacher_forced(MOE "recurrent=1 branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE, 64);
+}
+Test(decode_tf, moe_recurrent_share_off_own) {
+    check_against_teacher_forced(MOE "recurrent=1 branch=decode share=off branch_routing=own top_k=2 " ALPHA_FREE, 65);
+}
+
+Test(decode_tf, llama_recurrent_triplu_branch) {
+    check_against_teacher_forced(LLAMA "recurrent=1 ffn=triplu branch=decode " ALPHA_FREE, 67);
+}
 Test(decode_tf, blis_path) {
     engine_matvec = EVAL_MATVEC_BLIS;
     check_against_teacher_forced(LLAMA "branch=decode share=off " ALPHA_FREE, 16);
     check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=3 " ALPHA_FREE, 17);
+    check_against_teacher_forced(LLAMA "recurrent=1 branch=decode " ALPHA_FREE, 66);
     engine_matvec = EVAL_MATVEC_OWN;
 }
 Test(decode_tf, one_thread) {
@@ -300,6 +319,8 @@ Test(decode_reference, nanogpt_prism) { check_reference("options/09_nanogpt_pris
 Test(decode_reference, moe_triplu_prodnorm) { check_reference("options/16_moe_triplu_prodnorm.h5"); }
 Test(decode_reference, llama_attnres_mhar_branch) { check_reference("options/10_llama_attnres_mhar_branch.h5"); }
 Test(decode_reference, llama_attnres_block) { check_reference("options/15_llama_attnres_block.h5"); }
+Test(decode_reference, llama_recurrent) { check_reference("options/11_llama_recurrent.h5"); }
+Test(decode_reference, nanogpt_recurrent_branch) { check_reference("options/17_nanogpt_recurrent_branch.h5"); }
 
 /* ---- what grouping saves ------------------------------------------------- */
 
@@ -351,8 +372,12 @@ Test(decode_traffic, counters_equal_the_cost_model) {
         NANOGPT "layer_heads=1,4 branch=decode",
         LLAMA "attn_res=block attn_res_blocks=2 attn_res_heads=2 branch=decode",
         MOE "ffn=prod4 top_k=2 branch=decode",
+        NANOGPT "recurrent=1 branch=decode",
+        LLAMA "recurrent=1 layer_heads=2,8 branch=decode share=off",
+        MOE "recurrent=1 top_k=2 top_k_branch=1 branch=decode",
     };
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) check_cost_model(specs[i], 70 + i);
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        check_cost_model(specs[i], 70 + i);
 }
 
 /* Traffic of one step at position P for each mode. */
