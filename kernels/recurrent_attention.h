@@ -51,3 +51,39 @@ void k_recurrent_attention_backward(float *d_q, const k_recurrent_key_grads *gra
                                     float *scratch);
 
 #endif
+
+/* ---- the tiled schedule (arXiv 2604.21215; SPEC §6.4 allows any order) ----
+ *
+ * Once out_t (so the persistent pair of t) is known, the key block
+ * [t+1-T', t], T' = (t+1) & -(t+1), is merged into the running softmax of
+ * every query of the block [t+1, t+T'] at once; query t then only adds its
+ * temporary pair ("finish"). Every (query, persistent key) pair is visited
+ * exactly once, in blocks: the same function as the per-query kernel above,
+ * in another order. The backward mirrors it: the finish takes each query's
+ * output gradient (and its delta = d_out . out), every block adds its
+ * d_q and key gradients from them. */
+typedef struct k_recurrent_tiles {
+    int64_t B, T, H, Hkv, head_dim;
+    const float *q;                     /* [B,T,H*hd] positioned queries */
+    const float *k_persist, *v_persist; /* [T,B,Hkv*hd] */
+    const float *k_tmp, *v_tmp;         /* [B,T,Hkv*hd] the temporary pairs (k positioned) */
+    const float *slopes;                /* [H] or NULL */
+    float *max, *sum;                   /* [B,T,H] each query's running max and sum of exp */
+    float *acc;                         /* [B,T,H*hd] its running sum of exp-weighted values */
+    float *lse;                         /* [B,T,H] written by finish */
+} k_recurrent_tiles;
+
+/* Clears the running state: max = -inf, sum = acc = 0. */
+void k_recurrent_tiles_start(const k_recurrent_tiles *a);
+/* Merges the key block ending at t into its query block (queries past T-1 dropped). */
+void k_recurrent_tiles_merge(const k_recurrent_tiles *a, int64_t t);
+/* Query t: adds its temporary pair, out [B,H*hd] (row b = query (b, t)), lse. */
+void k_recurrent_tiles_finish(const k_recurrent_tiles *a, int64_t t, float *out);
+/* d_out [B,H*hd] of query t (with out): writes delta [B,T,H] row t; adds the
+ * temporary pair's share to d_q [B,T,H*hd], d_k_tmp, d_v_tmp [B,T,Hkv*hd]. */
+void k_recurrent_tiles_finish_backward(const k_recurrent_tiles *a, int64_t t, const float *d_out, const float *out,
+                                       float *delta, float *d_q, float *d_k_tmp, float *d_v_tmp);
+/* The block merged at t: from d_out_all [B,T,H*hd] and delta [B,T,H] of its
+ * queries adds to d_q and d_k_persist, d_v_persist [T,B,Hkv*hd] (any may be NULL). */
+void k_recurrent_tiles_merge_backward(const k_recurrent_tiles *a, int64_t t, const float *d_out_all, const float *delta,
+                                      float *d_q, float *d_k_persist, float *d_v_persist);

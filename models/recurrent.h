@@ -26,4 +26,15 @@ dt_tensor *model_recurrent_attention(ag_ctx *ctx, const model_layer_arch *la, dt
                                      dt_tensor *k_persist, dt_tensor *v_persist, int64_t t0, int64_t t1,
                                      const float *slopes);
 
+/* The evaluation order of the primary's recurrent attention in training
+ * (docs/DECISIONS.md): both compute the same function (test
+ * recurrent::tiled_equals_scan).
+ *   SCAN   per position, the query over all its keys (kernels' per-query form)
+ *   TILED  the paper's schedule: key block [t+1-T', t], T' = (t+1) & -(t+1),
+ *          merged into query block [t+1, t+T'] once out_t is known
+ * Process-wide; set it before training starts (the workers only read it). */
+typedef enum { MODEL_RECURRENT_SCAN = 0, MODEL_RECURRENT_TILED = 1 } model_recurrent_schedule;
+void model_recurrent_set_schedule(model_recurrent_schedule which);
+model_recurrent_schedule model_recurrent_get_schedule(void);
+
 #endif

@@ -213,6 +213,103 @@ dt_tensor *model_recurrent_attention(ag_ctx *ctx, const model_layer_arch *la, dt
     return out;
 }
 
+/* ---- the tiled schedule: finish (query t) and merge (key block ending at t) ---- */
+
+static model_recurrent_schedule schedule = MODEL_RECURRENT_SCAN;
+
+void model_recurrent_set_schedule(model_recurrent_schedule which) { schedule = which; }
+model_recurrent_schedule model_recurrent_get_schedule(void) { return schedule; }
+
+/* One layer's tiled attention: the kernel's running state, and in grad mode
+ * every query's output gradient and delta, which the finish ops' backward
+ * leave for the merge ops' (the finish of a query is recorded after every
+ * block merged into it, so its backward runs first). */
+typedef struct tiled_layer {
+    k_recurrent_tiles tiles;
+    float *d_out, *delta; /* [B,T,H*hd], [B,T,H] */
+    float dummy_grad;     /* the merge ops' output gradient: never read */
+} tiled_layer;
+
+static tiled_layer *tiled_begin(ag_ctx *ctx, const model_layer_arch *la, dt_tensor *q, dt_tensor *k, dt_tensor *v,
+                                dt_tensor *kp, dt_tensor *vp) {
+    const int64_t B = q->shape[0], T = q->shape[1], H = la->n_head, Q = q->shape[2];
+    tiled_layer *a = ag_scratch(ctx, sizeof *a);
+    if (!a) return NULL;
+    memset(a, 0, sizeof *a);
+    a->tiles = (k_recurrent_tiles){B,
+                                   T,
+                                   H,
+                                   la->n_kv_head,
+                                   la->head_dim,
+                                   dt_f32(q),
+                                   dt_f32(kp),
+                                   dt_f32(vp),
+                                   dt_f32(k),
+                                   dt_f32(v),
+                                   NULL,
+                                   ag_scratch(ctx, (size_t)(B * T * H) * sizeof(float)),
+                                   ag_scratch(ctx, (size_t)(B * T * H) * sizeof(float)),
+                                   ag_scratch(ctx, (size_t)(B * T * Q) * sizeof(float)),
+                                   ag_scratch(ctx, (size_t)(B * T * H) * sizeof(float))};
+    if (!a->tiles.max || !a->tiles.sum || !a->tiles.acc || !a->tiles.lse) return NULL;
+    if (ctx->grad_enabled) {
+        a->d_out = ag_scratch(ctx, (size_t)(B * T * Q) * sizeof(float));
+        a->delta = ag_scratch(ctx, (size_t)(B * T * H) * sizeof(float));
+        if (!a->d_out || !a->delta) return NULL;
+        memset(a->d_out, 0, (size_t)(B * T * Q) * sizeof(float));
+        memset(a->delta, 0, (size_t)(B * T * H) * sizeof(float));
+    }
+    k_recurrent_tiles_start(&a->tiles);
+    return a;
+}
+
+static void finish_backward(ag_ctx *ctx, ag_node *node) {
+    tiled_layer *a = node->saved;
+    const int64_t t = node->iarg[0], B = a->tiles.B, T = a->tiles.T, Q = node->out->shape[2];
+    for (int64_t b = 0; b < B; b++)
+        memcpy(a->d_out + (b * T + t) * Q, node->out->grad + b * Q, (size_t)Q * sizeof(float));
+    k_recurrent_tiles_finish_backward(&a->tiles, t, node->out->grad, dt_f32(node->out), a->delta,
+                                      ag_grad(ctx, node->in[0]), ag_grad(ctx, node->in[1]), ag_grad(ctx, node->in[2]));
+}
+
+// q [B,T,H*hd]; k, v [B,T,W] -> query t's attention [B,1,H*hd]
+static dt_tensor *tiled_finish(ag_ctx *ctx, tiled_layer *a, dt_tensor *q, dt_tensor *k, dt_tensor *v, int64_t t) {
+    dt_tensor *out = ag_tensor(ctx, DT_F32, DT_SHAPE(q->shape[0], 1, q->shape[2]));
+    if (!out) return NULL;
+    k_recurrent_tiles_finish(&a->tiles, t, dt_f32(out));
+    dt_tensor *inputs[3] = {q, k, v};
+    if (ag_needs_grad(ctx, inputs, 3)) {
+        ag_node *node = ag_record(ctx, "recurrent_tiles_finish", finish_backward, out, inputs, 3);
+        if (!node) return NULL;
+        node->saved = a;
+        node->iarg[0] = t;
+    }
+    return out;
+}
+
+static void merge_backward(ag_ctx *ctx, ag_node *node) {
+    tiled_layer *a = node->saved;
+    k_recurrent_tiles_merge_backward(&a->tiles, node->iarg[0], a->d_out, a->delta, ag_grad(ctx, node->in[0]),
+                                     ag_grad(ctx, node->in[1]), ag_grad(ctx, node->in[2]));
+}
+
+/* Merges the key block ending at t (its persistent pairs just written) into
+ * the queries after it. The op's output is a placeholder no one reads: its
+ * gradient is preset so the tape runs the backward. */
+static dt_status tiled_merge(ag_ctx *ctx, tiled_layer *a, dt_tensor *q, dt_tensor *kp, dt_tensor *vp, int64_t t) {
+    k_recurrent_tiles_merge(&a->tiles, t);
+    dt_tensor *inputs[3] = {q, kp, vp};
+    if (!ag_needs_grad(ctx, inputs, 3)) return DT_OK;
+    dt_tensor *placeholder = ag_tensor(ctx, DT_F32, DT_SHAPE(1));
+    if (!placeholder) return DT_ERR;
+    ag_node *node = ag_record(ctx, "recurrent_tiles_merge", merge_backward, placeholder, inputs, 3);
+    if (!node) return DT_ERR;
+    placeholder->grad = &a->dummy_grad;
+    node->saved = a;
+    node->iarg[0] = t;
+    return DT_OK;
+}
+
 /* ---- the layer ---- */
 
 /* The MoE balance term of layer l over all its positions (SPEC §1), from the
@@ -268,10 +365,15 @@ dt_tensor *model_recurrent_layer(ag_ctx *ctx, const model *m, int64_t l, dt_tens
     dt_tensor **z1s = outs + T, **m1s = outs + 2 * T, **routers = outs + 3 * T;
 
     /* The scan: position t needs the persistent pairs of 0..t-1. */
+    tiled_layer *tiled = NULL;
+    if (schedule == MODEL_RECURRENT_TILED &&
+        !(tiled = tiled_begin(ctx, la, q, k, v, state->k_persist, state->v_persist)))
+        return NULL;
     float *dropped_fractions[1];
     for (int64_t t = 0; t < T; t++) {
-        dt_tensor *att = model_recurrent_attention(ctx, la, q, k, v, state->k_persist, state->v_persist, t, t + 1,
-                                                   NULL);                                    // [B,1,H*hd]
+        dt_tensor *att = tiled ? tiled_finish(ctx, tiled, q, k, v, t)
+                               : model_recurrent_attention(ctx, la, q, k, v, state->k_persist, state->v_persist, t,
+                                                           t + 1, NULL);                     // [B,1,H*hd]
         dt_tensor *y = ag_linear_residual(ctx, take_row(ctx, x, t), att, w->wo, w->wo_bias); // [B,1,C]
         model_primary_state row = {0};
         model_ffn_balance dropped = {NULL, 0, dropped_fractions, NULL};
@@ -286,6 +388,7 @@ dt_tensor *model_recurrent_layer(ag_ctx *ctx, const model *m, int64_t l, dt_tens
         if (persist(ctx, ag_linear(ctx, on, w->wk, w->wk_bias), state->k_persist, t, rotation) != DT_OK ||
             persist(ctx, ag_linear(ctx, on, w->wv, w->wv_bias), state->v_persist, t, &unrotated) != DT_OK)
             return NULL;
+        if (tiled && tiled_merge(ctx, tiled, q, state->k_persist, state->v_persist, t) != DT_OK) return NULL;
     }
     /* What the branch reads of the primary, and the balance term, over all positions. */
     if (z1s[0]) state->z1 = stack_rows(ctx, z1s, B, T);
