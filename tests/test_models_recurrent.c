@@ -105,3 +105,6 @@ Test(recurrent, tiled_passes_the_reference_files) {
     }
     model_recurrent_set_schedule(MODEL_RECURRENT_SCAN);
 }
+Test(recurrent, tiled_equals_scan_detach_primary_share_off) {
+    check_orders_agree(LLAMA "branch=decode detach_primary=1 share=off mix_alpha_min=0.1 mix_alpha_max=0.9", 6);
+}
