@@ -50,6 +50,7 @@
 #include "data/loader.h"
 #include "data/tokens.h"
 #include "kernels/gemm.h"
+#include "models/recurrent.h"
 #include "optim/optim.h"
 #include "train/parallel_step.h"
 #include "train/run_config.h"
@@ -81,6 +82,7 @@ typedef struct bench_options {
     int threads;
     int json;
     int compare_branch;
+    int compare_schedule; /* recurrent models: scan vs tiled (models/recurrent.h) */
     int gemm_probe; /* 0: --no-gemm-probe */
     int split_rows; /* 0: --split ops (one tape, kernels threaded per op) */
     uint64_t seed;
@@ -106,7 +108,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: dbranch bench train [--config FILE.ini | --preset baby|char] [--family F] [--branch none|decode]\n"
             "                           [--set SECTION.KEY=VALUE]... [--data TOKENS.h5] [--steps N] [--warmup W]\n"
-            "                           [--threads K] [--split rows|ops] [--seed S] [--compare-branch]\n"
+            "                           [--threads K] [--split rows|ops] [--seed S] [--compare-branch | --compare-schedule]\n"
             "                           [--no-gemm-probe] [--json]\n\n"
             "Times full training steps (forward, backward, global-norm clip, AdamW, zeroed gradients) on random\n"
             "tokens (or batches of --data) and reports tokens/s from the median step time, model FLOPs per token\n"
@@ -119,6 +121,8 @@ static void usage(FILE *out) {
             "  --branch B          none | decode\n"
             "  --compare-branch    run the baseline and its Decode-Branch twin, steps interleaved, and print\n"
             "                      the time ratios (step and forward+backward)\n"
+            "  --compare-schedule  recurrent = 1 models: the per-position scan and the tiled schedule\n"
+            "                      (models/recurrent.h) on the same model, steps interleaved, and their ratios\n"
             "  --steps N           timed steps (default 20); --warmup W untimed steps first (default 3)\n"
             "  --threads K         threads for BLIS and OpenMP (default: OpenMP's default)\n"
             "  --split rows|ops    rows (default): each thread runs forward+backward of its share of the batch\n"
@@ -148,6 +152,10 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
         }
         if (!strcmp(a, "--compare-branch")) {
             o->compare_branch = 1;
+            continue;
+        }
+        if (!strcmp(a, "--compare-schedule")) {
+            o->compare_schedule = 1;
             continue;
         }
         if (!strcmp(a, "--no-gemm-probe")) {
@@ -197,6 +205,7 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
     }
     if (o->config_path && o->preset) return dt_errorf("pass --config or --preset, not both");
     if (o->compare_branch && o->branch) return dt_errorf("--compare-branch runs both branch settings: drop --branch");
+    if (o->compare_branch && o->compare_schedule) return dt_errorf("pass --compare-branch or --compare-schedule, not both");
     return DT_OK;
 }
 
@@ -563,6 +572,13 @@ int bench_train_main(int argc, char **argv) {
         if (model_config_validate(&base.model) != DT_OK || model_config_validate(&twin.model) != DT_OK) goto done;
         if (run_init(&runs[n_runs++], "baseline", &base, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
         if (run_init(&runs[n_runs++], "decode-branch", &twin, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
+    } else if (o.compare_schedule) {
+        if (!cfg.model.recurrent) {
+            dt_errorf("--compare-schedule needs a recurrent model (--set model.recurrent=1)");
+            goto done;
+        }
+        if (run_init(&runs[n_runs++], "scan", &cfg, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
+        if (run_init(&runs[n_runs++], "tiled", &cfg, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
     } else {
         const char *label = cfg.model.branch == BRANCH_DECODE ? "decode-branch" : "baseline";
         if (run_init(&runs[n_runs++], label, &cfg, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
@@ -573,12 +589,15 @@ int bench_train_main(int argc, char **argv) {
     /* Warm-up: the arena finds its size, BLIS its buffers, the pages their frames. */
     double loss;
     for (int64_t w = 0; w < o.warmup; w++) {
-        for (int i = 0; i < n_runs; i++)
+        for (int i = 0; i < n_runs; i++) {
+            if (o.compare_schedule) model_recurrent_set_schedule(i ? MODEL_RECURRENT_TILED : MODEL_RECURRENT_SCAN);
             if (run_step(&runs[i], -1, &loss) != DT_OK) goto done;
+        }
         if (o.gemm_probe) probe_run(&probe);
     }
     for (int64_t s = 0; s < o.steps; s++) {
         for (int i = 0; i < n_runs; i++) {
+            if (o.compare_schedule) model_recurrent_set_schedule(i ? MODEL_RECURRENT_TILED : MODEL_RECURRENT_SCAN);
             if (run_step(&runs[i], s, &loss) != DT_OK) goto done;
             if (s == 0) runs[i].first_loss = loss;
             runs[i].last_loss = loss;
@@ -630,9 +649,8 @@ int bench_train_main(int argc, char **argv) {
         fwd_bwd_ratio = (summaries[1].forward_s + summaries[1].backward_s) /
                         (summaries[0].forward_s + summaries[0].backward_s);
         fwd_bwd_cpu_ratio = summaries[1].forward_backward_cpu_s / summaries[0].forward_backward_cpu_s;
-        fprintf(table,
-                "decode-branch / baseline time: step %.3fx, forward+backward %.3fx (CPU time of thread 0: %.3fx)\n",
-                step_ratio, fwd_bwd_ratio, fwd_bwd_cpu_ratio);
+        fprintf(table, "%s / %s time: step %.3fx, forward+backward %.3fx (CPU time of thread 0: %.3fx)\n",
+                runs[1].label, runs[0].label, step_ratio, fwd_bwd_ratio, fwd_bwd_cpu_ratio);
     }
     if (o.json) {
         printf("{\"bench\": \"train\", \"family\": \"%s\", \"vocab_size\": %lld, \"seq_len\": %lld, \"batch_size\": "
@@ -659,6 +677,7 @@ int bench_train_main(int argc, char **argv) {
     }
     status = 0;
 done:
+    model_recurrent_set_schedule(MODEL_RECURRENT_SCAN);
     if (status) fail();
     for (int i = 0; i < n_runs; i++) run_free(&runs[i]);
     probe_free(&probe);

@@ -35,6 +35,7 @@
 #include "kernels/gemm.h"
 #include "kernels/mixture.h"
 #include "kernels/norm.h"
+#include "kernels/recurrent_attention.h"
 #include "kernels/rope.h"
 #include "kernels/softmax.h"
 #include "kernels/topk.h"
@@ -51,6 +52,7 @@ typedef struct shapes {
     int64_t C, H, Hkv, hd, qdim, kvdim, F, V, E, L, top_k, top_k_branch;
     int moe;                /* routed experts: per-layer routing scratch */
     int max_product_degree; /* most factors of a product FFN (SPEC §6.1) in any layer */
+    int recurrent;          /* SPEC §6.4: the persistent pair's products and rotation, 2 stages per layer */
 } shapes;
 
 /* Sizes from the model description (models/arch.h): the largest over the
@@ -73,6 +75,7 @@ static shapes shapes_of(const model *m) {
     d.top_k_branch = a->top_k_branch;
     d.moe = d.E > 0;
     d.max_product_degree = 0;
+    d.recurrent = a->recurrent;
     for (int64_t l = 0; l < a->L; l++)
         if (a->layers[l].product_degree > d.max_product_degree) d.max_product_degree = a->layers[l].product_degree;
     return d;
@@ -121,7 +124,7 @@ const char *eval_decode_mode_name(eval_decode_mode mode) {
  * below keeps a margin (3 and 10 / 9 + 4 per pair); tests check no step
  * overflows it. */
 static int64_t team_stages(const shapes *d, int64_t n_loop) {
-    int64_t per_layer = d->moe ? 9 + 4 * (d->top_k + d->top_k_branch) : 10;
+    int64_t per_layer = (d->moe ? 9 + 4 * (d->top_k + d->top_k_branch) : 10) + 2 * d->recurrent;
     return 2 * (3 + n_loop * d->L * per_layer + 4 * (n_loop - 1)) + 8; /* + a DiscoLoop boundary's stages */
 }
 
@@ -151,6 +154,10 @@ static void layout(eval_decode_session *s, planner *p) {
     const model_arch *a = &s->model->arch;
     s->k_cache = take(p, a->n_loop * d.L * T * d.kvdim, f); /* n_loop applications, each its own K/V */
     s->v_cache = take(p, a->n_loop * d.L * T * d.kvdim, f);
+    const int64_t tmp_rows = a->recurrent ? d.L : 0;
+    s->k_tmp = take(p, tmp_rows * d.kvdim, f);
+    s->v_tmp = take(p, tmp_rows * d.kvdim, f);
+    s->x_persist = take(p, tmp_rows ? d.C : 0, f);
     if (a->disco) { /* DiscoLoop scratch: the step's rows, or a prefill chunk of them */
         const int64_t R = DISCO_CHUNK;
         s->disco_logits = take(p, R * d.V, f);
@@ -188,8 +195,8 @@ static void layout(eval_decode_session *s, planner *p) {
     r->rstd = take(p, 2, f);
     r->router_logits = take(p, 2 * d.E, f);
     r->attn_scratch = take(p, 2 * d.H * T, f);
-    r->route_index = take(p, d.L * 2 * MAX_TOP_K, i);
-    r->route_gates = take(p, d.L * 2 * MAX_TOP_K, f);
+    r->route_index = take(p, s->model->arch.n_loop * d.L * 2 * MAX_TOP_K, i); /* per applied layer: ffn_rows */
+    r->route_gates = take(p, s->model->arch.n_loop * d.L * 2 * MAX_TOP_K, f);
     s->team.n_stages = (int)team_stages(&d, a->n_loop);
     s->team.stages = take(p, s->team.n_stages, sizeof(eval_team_stage));
 
@@ -410,8 +417,13 @@ static model_row_exec exec_of(eval_decode_session *s) {
 /* The FFN of rows [row0, row0 + n_rows) at layer l through its kind:
  * rows.x [2,C] -> rows.m [2,C]; the primary row saves z1 (and its router
  * logits), the branch row is coupled to them (SPEC §2). */
-static void ffn_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
+/* The FFN of applied layer j (layer l = j % L) on the rows. Its experts'
+ * indices and gates are kept per applied layer, not per layer: the team's
+ * control flow follows them, and a thread still in application k's stages
+ * must not see application k + 1's choice (eval/team.h's first rule). */
+static void ffn_rows(eval_decode_session *s, int64_t j, int row0, int n_rows) {
     const model *m = s->model;
+    const int64_t l = j % m->arch.L;
     const model_layer *layer = &m->layers[l];
     const model_layer_arch *la = &m->arch.layers[l];
     const shapes d = shapes_of(m);
@@ -436,11 +448,26 @@ static void ffn_rows(eval_decode_session *s, int64_t l, int row0, int n_rows) {
         .couple_hidden = data_of(layer->couple_hidden),
         .router_logits = r->router_logits,
         .router1 = s->router1 + l * d.E,
-        .route_index = {r->route_index + l * 2 * MODEL_MAX_TOP_K, r->route_index + (l * 2 + 1) * MODEL_MAX_TOP_K},
-        .route_gates = {r->route_gates + l * 2 * MODEL_MAX_TOP_K, r->route_gates + (l * 2 + 1) * MODEL_MAX_TOP_K},
+        .route_index = {r->route_index + j * 2 * MODEL_MAX_TOP_K, r->route_index + (j * 2 + 1) * MODEL_MAX_TOP_K},
+        .route_gates = {r->route_gates + j * 2 * MODEL_MAX_TOP_K, r->route_gates + (j * 2 + 1) * MODEL_MAX_TOP_K},
         .expert_out = r->expert_out,
     };
     la->ffn->rows(&call);
+}
+
+/* Where the primary row's new key (value) of applied layer j goes: the row at
+ * pos of its cache, or for a recurrent layer (SPEC §6.4; never looped, so
+ * j = l) the temporary pair. */
+static float *new_key_row(eval_decode_session *s, int64_t j, int64_t pos) {
+    const int64_t l = j % s->model->arch.L, kvdim = s->model->arch.layers[l].kv_width;
+    return s->model->arch.recurrent ? s->k_tmp + l * s->model->arch.max_kv_width
+                                    : cache_of(s, s->k_cache, j) + pos * kvdim;
+}
+
+static float *new_value_row(eval_decode_session *s, int64_t j, int64_t pos) {
+    const int64_t l = j % s->model->arch.L, kvdim = s->model->arch.layers[l].kv_width;
+    return s->model->arch.recurrent ? s->v_tmp + l * s->model->arch.max_kv_width
+                                    : cache_of(s, s->v_cache, j) + pos * kvdim;
 }
 
 /* What has to happen between the Q/K/V products and attention, for the query
@@ -459,7 +486,7 @@ static void prepare_heads(eval_decode_session *s, int64_t j, int64_t pos, int ro
     const int64_t group = d.H / d.Hkv, q_begin = kv_begin * group * d.hd, q_len = (kv_end - kv_begin) * group * d.hd;
     float *q = s->rows.q, *q1 = s->q1 + l * m->arch.max_q_width;
     if (row0 == 0) {
-        float *k_row = cache_of(s, s->k_cache, j) + pos * d.kvdim;        // [Hkv*hd]
+        float *k_row = new_key_row(s, j, pos);                            // [Hkv*hd]
         memcpy(q1 + q_begin, q + q_begin, (size_t)q_len * sizeof(float)); /* before RoPE */
         if (position->rotary)
             position->rotate_heads(k_row + kv_begin * d.hd, layer->rope_table, pos, kv_end - kv_begin, d.hd);
@@ -488,11 +515,34 @@ typedef struct attention_args {
     int64_t H, Hkv, hd;
 } attention_args;
 
+/* The attention kernel's core on kv heads [kv_begin, kv_end): over cache rows
+ * 0..pos, or for a recurrent layer over the persistent rows 0..pos-1 and the
+ * primary's temporary pair (SPEC §6.4: the branch's query sees the same keys). */
+static void attention_core(const attention_args *a, int64_t kv_begin, int64_t kv_end) {
+    if (!a->s->model->arch.recurrent) {
+        k_attention_decode_range(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd, kv_begin,
+                                 kv_end, a->scratch);
+        return;
+    }
+    const k_recurrent_keys keys = {a->k_cache,
+                                   a->v_cache,
+                                   a->Hkv * a->hd,
+                                   new_key_row(a->s, a->j, a->pos),
+                                   new_value_row(a->s, a->j, a->pos),
+                                   a->pos,
+                                   a->H,
+                                   a->Hkv,
+                                   a->hd,
+                                   NULL};
+    /* each kv head's own scratch row: items of the team run at once */
+    k_recurrent_attention_forward_range(a->out, NULL, a->q, a->n_rows, &keys, kv_begin, kv_end,
+                                        a->scratch + kv_begin * (a->pos + 1));
+}
+
 static void attention_kv_head(int64_t kv_head, void *arg) {
     const attention_args *a = arg;
     prepare_heads(a->s, a->j, a->pos, a->row0, a->n_rows, kv_head, kv_head + 1);
-    k_attention_decode_range(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd, kv_head,
-                             kv_head + 1, a->scratch);
+    attention_core(a, kv_head, kv_head + 1);
 }
 
 /* Attention of rows [row0, row0 + n_rows) at layer l, position pos; the
@@ -502,7 +552,7 @@ static void attention_rows(eval_decode_session *s, int64_t j, int64_t pos, int r
     float *out = s->rows.y + row0 * d.qdim, *q = s->rows.q + row0 * d.qdim;
     const float *k_cache = cache_of(s, s->k_cache, j), *v_cache = cache_of(s, s->v_cache, j);
     count(s, &s->traffic.kv_read_bytes, 2.0 * (double)(pos + 1) * (double)d.kvdim * 4.0);
-    if (!eval_team_active()) { /* the kernel, threaded by itself */
+    if (!eval_team_active() && !s->model->arch.recurrent) { /* the kernel, threaded by itself */
         prepare_heads(s, j, pos, row0, n_rows, 0, d.Hkv);
         k_attention_decode(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, s->rows.attn_scratch);
         return;
@@ -520,7 +570,32 @@ static void attention_rows(eval_decode_session *s, int64_t j, int64_t pos, int r
                         .H = d.H,
                         .Hkv = d.Hkv,
                         .hd = d.hd};
+    if (!eval_team_active()) { /* the BLIS path: this thread does every kv head */
+        prepare_heads(s, j, pos, row0, n_rows, 0, d.Hkv);
+        attention_core(&a, 0, d.Hkv);
+        return;
+    }
     eval_team_for(&s->team, d.Hkv, attention_kv_head, &a);
+}
+
+/* Recurrent layer l (SPEC §6.4), after the primary row's out_t (h row 0) is
+ * known and normed into x_persist: the persistent pair k^_t, v^_t =
+ * x_persist Wk^T, Wv^T, appended to the cache at pos (k rotated at pos). */
+static void append_persistent_pair(eval_decode_session *s, int64_t l, int64_t pos) {
+    const model *m = s->model;
+    const model_layer *layer = &m->layers[l];
+    const shapes dl = layer_shapes(m, l);
+    float *k_row = cache_of(s, s->k_cache, l) + pos * dl.kvdim, *v_row = cache_of(s, s->v_cache, l) + pos * dl.kvdim;
+    count_norm(s, layer->attn_norm, layer->attn_norm_bias);
+    queue_linear(s, k_row, s->x_persist, data_of(layer->primary.wk), data_of(layer->primary.wk_bias), 1, dl.C,
+                 dl.kvdim);
+    queue_linear(s, v_row, s->x_persist, data_of(layer->primary.wv), data_of(layer->primary.wv_bias), 1, dl.C,
+                 dl.kvdim);
+    count(s, &s->traffic.kv_write_bytes, 2.0 * (double)dl.kvdim * 4.0);
+    flush(s);
+    if (m->arch.position->rotary) EVAL_TEAM_SERIAL(&s->team) {
+            m->arch.position->rotate_heads(k_row, layer->rope_table, pos, dl.Hkv, dl.hd);
+        }
 }
 
 /* The residual scheme between sublayers (models/arch.h): the running sum
@@ -584,6 +659,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
     eval_decode_rows *r = &s->rows;
     eval_team *team = &s->team;
     int has_branch_row = row0 + n_rows == 2;
+    const int persist = m->arch.recurrent && row0 == 0; /* the primary row appends its persistent pairs */
     float *h = r->h + row0 * d.C, *x = r->x + row0 * d.C;
 
     EVAL_TEAM_SERIAL(team) {
@@ -603,15 +679,14 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         const int boundary = l + 1 == d.L && j + 1 < n_applied; /* the end of an application k < K */
         const model_layer *layer = &m->layers[l];
         const model_block_weights *p = &layer->primary, *b = &layer->branch;
-        float *k_cache = cache_of(s, s->k_cache, j), *v_cache = cache_of(s, s->v_cache, j);
         const shapes dl = layer_shapes(m, l);
 
         count_norm(s, layer->attn_norm, layer->attn_norm_bias); /* x = attention norm of h: computed above */
         rows_linear(s, r->q, r->x, row0, n_rows, p->wq, p->wq_bias, b->wq, b->wq_bias, d.C, dl.qdim);
         if (row0 == 0) { /* K, V of the primary row only, straight into the cache */
-            queue_linear(s, k_cache + pos * dl.kvdim, r->x, data_of(p->wk), data_of(p->wk_bias), 1, d.C, dl.kvdim);
-            queue_linear(s, v_cache + pos * dl.kvdim, r->x, data_of(p->wv), data_of(p->wv_bias), 1, d.C, dl.kvdim);
-            count(s, &s->traffic.kv_write_bytes, 2.0 * (double)dl.kvdim * 4.0);
+            queue_linear(s, new_key_row(s, j, pos), r->x, data_of(p->wk), data_of(p->wk_bias), 1, d.C, dl.kvdim);
+            queue_linear(s, new_value_row(s, j, pos), r->x, data_of(p->wv), data_of(p->wv_bias), 1, d.C, dl.kvdim);
+            if (!m->arch.recurrent) count(s, &s->traffic.kv_write_bytes, 2.0 * (double)dl.kvdim * 4.0);
         }
         flush(s); /* Wq (both rows), Wk, Wv in one stage */
         /* both queries in one pass over the cache */
@@ -626,13 +701,15 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         }
         count_route(s, layer->route_ffn_query, layer->route_ffn_norm);
         count_norm(s, layer->ffn_norm, layer->ffn_norm_bias);
-        ffn_rows(s, l, row0, n_rows);
+        ffn_rows(s, j, row0, n_rows);
         EVAL_TEAM_SERIAL(team) {
             if (row0 == 0) memcpy(s->m1 + l * d.C, r->m, (size_t)d.C * sizeof(float));
             if (has_branch_row) add_coupling(r->m + d.C, layer->couple_out, s->m1 + l * d.C, d.C);
             advance_stream(s, h, r->m, row0, n_rows, 2, r->history, 2 * l + 1,
                            l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
                            l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
+            if (persist) /* out_t of the primary row (SPEC §6.4), normed by this layer's Norm1 */
+                norm(s, s->x_persist, r->mean, r->rstd, h, layer->attn_norm, layer->attn_norm_bias, 1, d.C);
             if (l + 1 < d.L)
                 norm(s, x, r->mean, r->rstd, h, m->layers[l + 1].attn_norm, m->layers[l + 1].attn_norm_bias, n_rows,
                      d.C);
@@ -644,6 +721,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         count_route(s, l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
                     l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
         if (boundary && m->arch.disco) disco_step(s, row0, n_rows);
+        if (persist) append_persistent_pair(s, l, pos);
     }
     count_norm(s, m->final_norm, m->final_norm_bias);
     rows_linear(s, s->logits, r->x, row0, n_rows, m->lm_head, NULL, m->lm_head, NULL, d.C, d.V);
@@ -692,11 +770,13 @@ void eval_decode_mixture(const eval_decode_session *s, float *probs) {
         if (lp[v] > max_p) max_p = lp[v];
         if (lq[v] > max_q) max_q = lq[v];
     }
-    for (int64_t v = 0; v < V; v++) sum_p += exp((double)lp[v] - max_p);
+    for (int64_t v = 0; v < V; v++)
+        sum_p += exp((double)lp[v] - max_p);
     double alpha = s->run_branch ? s->alpha : 1.0,
            beta = s->run_branch ? s->one_minus_alpha : 0.0; /* beta = 1 - alpha */
     if (beta > 0.0)
-        for (int64_t v = 0; v < V; v++) sum_q += exp((double)lq[v] - max_q);
+        for (int64_t v = 0; v < V; v++)
+            sum_q += exp((double)lq[v] - max_q);
     for (int64_t v = 0; v < V; v++) {
         double r = alpha * exp((double)lp[v] - max_p) / sum_p;
         if (beta > 0.0) r += beta * exp((double)lq[v] - max_q) / sum_q;
@@ -794,6 +874,21 @@ static dt_status check_token(const eval_decode_session *s, int32_t token) {
     return DT_OK;
 }
 
+/* A recurrent model's prefill (SPEC §6.4) is a scan: position t's keys need
+ * out_{t-1} of every layer, so each prompt position is one decode step of the
+ * primary row; the branch row joins the last, as in eval_decode_step. */
+static void prefill_scan(eval_decode_session *s, const int32_t *tokens, int64_t P, float *logits_all) {
+    const int64_t V = s->model->arch.V;
+    for (int64_t t = 0; t < P; t++) {
+        const int last = t == P - 1 && s->run_branch;
+        run_rows(s, tokens[t], t, 0, last && s->mode == EVAL_DECODE_GROUPED ? 2 : 1,
+                 last && s->mode == EVAL_DECODE_UNGROUPED);
+        if (logits_all) memcpy(logits_all + t * V, s->logits, (size_t)V * sizeof(float));
+    }
+    s->pos = P - 1;
+    update_alpha(s);
+}
+
 dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int64_t P, float *logits_all) {
     const model *m = s->model;
     shapes d = shapes_of(m);
@@ -804,6 +899,10 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
     for (int64_t t = 0; t < P; t++)
         if (check_token(s, tokens[t]) != DT_OK) return dt_error_context("prompt position %lld", (long long)t);
     memset(&s->traffic, 0, sizeof s->traffic);
+    if (m->arch.recurrent) {
+        prefill_scan(s, tokens, P, logits_all);
+        return DT_OK;
+    }
     int extra = s->run_branch && s->mode == EVAL_DECODE_GROUPED; /* the branch row rides along as row P */
     int64_t rows = P + extra;
 

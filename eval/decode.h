@@ -71,8 +71,8 @@ typedef struct eval_decode_rows {
     float *mean, *rstd;                /* [2] */
     float *router_logits;              /* [2, E] */
     float *attn_scratch;               /* [2, H, block_size] attention scores */
-    int32_t *route_index;              /* [L, 2, 64] each row's experts per layer (this step) */
-    float *route_gates;                /* [L, 2, 64] their gates */
+    int32_t *route_index;              /* [n_loop * L, 2, 64] each row's experts per applied layer (this step) */
+    float *route_gates;                /* [n_loop * L, 2, 64] their gates */
 } eval_decode_rows;
 
 /* Scratch of a prefill of up to max_prompt positions: P rows of the prompt
@@ -106,6 +106,10 @@ typedef struct eval_decode_session {
     int64_t pos;              /* position whose logits are held; -1 before the first prefill */
     dt_arena arena;           /* owns every buffer below */
     float *k_cache, *v_cache; /* [n_loop * L, n_pos_max, Hkv*hd] */
+    /* recurrent (SPEC §6.4): the cache holds the persistent pairs; these the
+     * primary's temporary pairs at `pos` (k rotated), which the branch row reads too. */
+    float *k_tmp, *v_tmp; /* [L, Hkv*hd] */
+    float *x_persist;     /* [C] Norm1_l(out_t) of the primary row */
     /* The primary's intermediates at position `pos`, per layer, read by the branch row. */
     float *q1;                            /* [L, H*hd] query before RoPE */
     float *z1;                            /* [L, F] MLP hidden activation (dense layers) */

@@ -90,6 +90,7 @@ dt_status model_arch_build(model_arch *arch, const model_config *c) {
         arch->disco_tau = c->disco_tau;
         arch->disco_alpha = c->disco_alpha;
     }
+    arch->recurrent = c->recurrent;
 
     arch->layers = calloc((size_t)arch->L, sizeof *arch->layers);
     if (!arch->layers) return dt_errorf("model description: out of memory for %lld layers", (long long)arch->L);

@@ -76,6 +76,7 @@ typedef struct model_arch {
     int disco, disco_gate_learned;
     int64_t disco_top;
     double disco_tau, disco_alpha;
+    int recurrent;            /* SPEC §6.4: keys and values of earlier positions from each layer's output */
     model_layer_arch *layers; /* [L] */
 } model_arch;
 
@@ -86,11 +87,12 @@ void model_arch_free(model_arch *arch);
 /* The coupling contract of SPEC §2: what primary block l leaves for the
  * branch at every position (training: [B,T,*] tape tensors; decode: rows). */
 typedef struct model_primary_state {
-    dt_tensor *q1;            /* [B,T,H*hd] query before the position scheme */
-    dt_tensor *k, *v;         /* [B,T,Hkv*hd] keys (positioned) and values */
-    dt_tensor *z1;            /* [B,T,F] FFN hidden activation (kinds with one) */
-    dt_tensor *m1;            /* [B,T,C] FFN output */
-    dt_tensor *router_logits; /* [B*T,E] MoE: the primary router's logits (replay picks from them) */
+    dt_tensor *q1;                    /* [B,T,H*hd] query before the position scheme */
+    dt_tensor *k, *v;                 /* [B,T,Hkv*hd] keys (positioned) and values (recurrent: the temporary pairs) */
+    dt_tensor *k_persist, *v_persist; /* recurrent (SPEC §6.4): [T,B,Hkv*hd] the persistent pairs, else NULL */
+    dt_tensor *z1;                    /* [B,T,F] FFN hidden activation (kinds with one) */
+    dt_tensor *m1;                    /* [B,T,C] FFN output */
+    dt_tensor *router_logits;         /* [B*T,E] MoE: the primary router's logits (replay picks from them) */
 } model_primary_state;
 
 #endif

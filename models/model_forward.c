@@ -15,8 +15,10 @@
 #include "kernels/mixture.h"
 #include "models/attn_res.h"
 #include "models/disco.h"
+#include "models/block_forward.h"
 #include "models/model.h"
 #include "models/moe.h"
+#include "models/recurrent.h"
 
 typedef enum { ROLE_PRIMARY = 0, ROLE_BRANCH = 1 } block_role;
 
@@ -95,7 +97,12 @@ static dt_tensor *attention_sublayer(ag_ctx *ctx, const model *m, int64_t l, blo
         v = from_primary(ctx, c, state->v);
     }
     if (position->rotary) q = position->rotate(ctx, q, la->n_head, m->arch.rope_theta);
-    dt_tensor *y = ag_attention(ctx, q, k, v, la->n_head, la->n_kv_head);      // [B,T,H*hd]
+    dt_tensor *y;         // [B,T,H*hd]
+    if (state->k_persist) /* the branch of a recurrent layer (SPEC §6.4): the primary's query's keys */
+        y = model_recurrent_attention(ctx, la, q, k, v, from_primary(ctx, c, state->k_persist),
+                                      from_primary(ctx, c, state->v_persist), 0, q->shape[1], NULL);
+    else
+        y = ag_attention(ctx, q, k, v, la->n_head, la->n_kv_head);
     if (add_residual) return ag_linear_residual(ctx, x, y, w->wo, w->wo_bias); /* x + (y Wo^T + bo) */
     return ag_linear(ctx, y, w->wo, w->wo_bias);
 }
@@ -120,6 +127,15 @@ static dt_tensor *ffn_sublayer(ag_ctx *ctx, const model *m, int64_t l, block_rol
     return add_residual ? ag_add(ctx, x, ffn_out) : ffn_out;
 }
 
+dt_tensor *model_block_norm(ag_ctx *ctx, const model *m, dt_tensor *x, dt_tensor *weight, dt_tensor *bias) {
+    return norm_forward(ctx, m, x, weight, bias);
+}
+
+dt_tensor *model_block_ffn(ag_ctx *ctx, const model *m, int64_t l, int branch, dt_tensor *x, model_primary_state *state,
+                           model_ffn_balance *balance, int add_residual) {
+    return ffn_sublayer(ctx, m, l, branch ? ROLE_BRANCH : ROLE_PRIMARY, x, state, balance, add_residual);
+}
+
 /* One trajectory's stack on its embedding h [B,T,C] -> the final norm's input
  * [B,T,C]: blocks on the running residual sum, or with attn_res (SPEC §6.3)
  * every sublayer fed by its route over the trajectory's own sources (the
@@ -129,6 +145,10 @@ static dt_tensor *stack_forward(ag_ctx *ctx, const model *m, block_role role, dt
     const model_arch *a = &m->arch;
     if (!a->routed) {
         for (int64_t l = 0; l < a->L && h; l++) {
+            if (a->recurrent && role == ROLE_PRIMARY) { /* SPEC §6.4: a scan (models/recurrent_forward.c) */
+                h = model_recurrent_layer(ctx, m, l, h, &states[l], balance);
+                continue;
+            }
             h = attention_sublayer(ctx, m, l, role, h, &states[l], 1);
             h = ffn_sublayer(ctx, m, l, role, h, &states[l], balance, 1);
         }

@@ -14,13 +14,14 @@
 
 /* One layer's tensors, in floats, split by what a decode step does with them. */
 typedef struct {
-    int64_t norms;    /* attn_norm, ffn_norm (+ biases) */
+    int64_t norms;       /* attn_norm, ffn_norm (+ biases) */
     int64_t routes;      /* attn_res: the layer's two routes' query and norm weight */
     int64_t routes_read; /* the part a decode step reads (layer 0's attention route: none) */
-    int64_t q, kv, o; /* wq; wk + wv; wo (weights only) */
+    int64_t q, kv, o;    /* wq; wk + wv; wo (weights only) */
     int64_t q_bias, kv_bias, o_bias;
     model_ffn_cost ffn; /* the FFN kind's own figures */
     int64_t couple;     /* couple_q + couple_hidden + couple_out (0 without coupling) */
+    int64_t persist;    /* recurrent: Norm1 and wk, wv (+ biases) again, on the layer's output */
 } layer_sizes;
 
 static layer_sizes sizes_of(const model_arch *a, const model_layer_arch *la) {
@@ -42,6 +43,7 @@ static layer_sizes sizes_of(const model_arch *a, const model_layer_arch *la) {
      * layer 0's attention route has one source, s_0 itself: nothing read) */
     s.routes = a->routed ? 4 * C : 0;
     s.routes_read = a->routed ? (la == &a->layers[0] ? 2 : 4) * C : 0;
+    s.persist = a->recurrent ? s.norms / 2 + s.kv + s.kv_bias : 0;
     return s;
 }
 
@@ -165,7 +167,7 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
         }
 
         /* FLOPs: the branch computes no K/V; replay still needs the branch's router logits for its gates. */
-        info->matmul_params_primary += s.q + s.kv + s.o + ffn_matmul(&s.ffn, k);
+        info->matmul_params_primary += s.q + s.kv + s.o + ffn_matmul(&s.ffn, k) + (a->recurrent ? s.kv : 0);
         if (branch) info->matmul_params_branch += s.q + s.o + ffn_matmul(&s.ffn, kb);
         attention_keys_flops += 4.0 * (double)la->q_width;
 
@@ -173,7 +175,7 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
         const int64_t ffn_train = s.ffn.params - (E ? (E - k) * s.ffn.expert : 0);
         const int64_t ffn_train_branch = s.ffn.params - (E ? (E - kb) * s.ffn.expert : 0);
         const int64_t attention_branch = s.q + s.q_bias + s.o + s.o_bias; /* no wk, wv */
-        info->train_flop_params += (double)(s.norms + s.routes + attention + ffn_train);
+        info->train_flop_params += (double)(s.norms + s.routes + attention + ffn_train + s.persist);
         if (branch)
             info->train_flop_params_branch +=
                 (double)(s.couple + (c.share ? s.norms + attention_branch + ffn_train_branch : 0) +
@@ -182,12 +184,13 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
         if (branch) info->activation_floats_branch += block_activation_floats(a, la, &s, 1);
         kv_floats_per_position += 2.0 * (double)la->kv_width;
 
-        /* Weight bytes per decode step. */
-        const int64_t layer_read = s.norms + s.routes_read + attention + ffn_read(&s.ffn, k);
+        /* Weight bytes per decode step; a recurrent layer (SPEC §6.4) reads Norm1
+         * and Wk, Wv a second time for the persistent pair of its output. */
+        const int64_t layer_read = s.norms + s.routes_read + attention + ffn_read(&s.ffn, k) + s.persist;
         floats_baseline += layer_read;
         floats_grouped += layer_read;
         floats_ungrouped += layer_read;
-        const int64_t layer_matrices = s.q + s.kv + s.o + ffn_matrices(&s.ffn, k);
+        const int64_t layer_matrices = s.q + s.kv + s.o + ffn_matrices(&s.ffn, k) + (a->recurrent ? s.kv : 0);
         matrices_baseline += layer_matrices;
         matrices_grouped += layer_matrices;
         matrices_ungrouped += layer_matrices;

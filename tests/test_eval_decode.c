@@ -222,11 +222,30 @@ Test(decode_tf, nanogpt_disco_long_prompt) {
     check_against_teacher_forced(NANOGPT "block_size=40 n_loop=3 disco=1 disco_top=3 disco_gate=learned", 59);
 }
 
+/* SPEC §6.4 recurrent layers: the cache holds the persistent pairs, prefill is a scan. */
+Test(decode_tf, nanogpt_recurrent) { check_against_teacher_forced(NANOGPT "recurrent=1 branch=none", 61); }
+Test(decode_tf, nanogpt_recurrent_branch) {
+    check_against_teacher_forced(NANOGPT "recurrent=1 branch=decode " ALPHA_FREE, 62);
+}
+Test(decode_tf, llama_recurrent_gqa_layer_heads_branch) {
+    check_against_teacher_forced(LLAMA "recurrent=1 layer_heads=2,8 branch=decode " ALPHA_FREE, 63);
+}
+Test(decode_tf, moe_recurrent_replay) {
+    check_against_teacher_forced(MOE "recurrent=1 branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE, 64);
+}
+Test(decode_tf, moe_recurrent_share_off_own) {
+    check_against_teacher_forced(MOE "recurrent=1 branch=decode share=off branch_routing=own top_k=2 " ALPHA_FREE, 65);
+}
+
+Test(decode_tf, llama_recurrent_triplu_branch) {
+    check_against_teacher_forced(LLAMA "recurrent=1 ffn=triplu branch=decode " ALPHA_FREE, 67);
+}
 Test(decode_tf, blis_path) {
     engine_matvec = EVAL_MATVEC_BLIS;
     check_against_teacher_forced(LLAMA "branch=decode share=off " ALPHA_FREE, 16);
     check_against_teacher_forced(MOE "branch=decode top_k=2 top_k_branch=3 " ALPHA_FREE, 17);
     check_against_teacher_forced(LLAMA "n_loop=2 disco=1 disco_top=9 disco_gate=learned", 60);
+    check_against_teacher_forced(LLAMA "recurrent=1 branch=decode " ALPHA_FREE, 66);
     engine_matvec = EVAL_MATVEC_OWN;
 }
 Test(decode_tf, one_thread) {
@@ -327,6 +346,8 @@ Test(decode_reference, loop_heldout) {
     check_reference("options_heldout/moe_disco_learned_loop3.h5");
     check_reference("options_heldout/llama_disco_tied_top64.h5");
 }
+Test(decode_reference, llama_recurrent) { check_reference("options/11_llama_recurrent.h5"); }
+Test(decode_reference, nanogpt_recurrent_branch) { check_reference("options/17_nanogpt_recurrent_branch.h5"); }
 
 /* ---- what grouping saves ------------------------------------------------- */
 
@@ -393,6 +414,9 @@ Test(decode_traffic, counters_equal_the_cost_model) {
         LLAMA "n_loop=3 disco=1 disco_top=0 disco_gate=learned",
         MOE "top_k=2 n_loop=2 disco=1 disco_gate=learned disco_top=7",
         MOE "ffn=triplu ffn_prod_norm=1 top_k=2 branch=decode", /* prod_norm rows read with the experts */
+        NANOGPT "recurrent=1 branch=decode",
+        LLAMA "recurrent=1 layer_heads=2,8 branch=decode share=off",
+        MOE "recurrent=1 top_k=2 top_k_branch=1 branch=decode",
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_cost_model(specs[i], 70 + i);

@@ -817,7 +817,6 @@ Test(config, spec6_defaults_are_the_spec_table) {
 Test(config, spec6_options_are_refused_until_implemented) {
     const char *cases[][3] = {
         /* pairs, a word the message must hold */
-        {"recurrent=1", "recurrent", "not implemented"},
         {"alibi=1", "alibi", "not implemented"},
         {"feedback=1", "feedback", "not implemented"},
         /* SPEC §6.6: the disco_* keys only qualify disco = 1; a learned gate starts at logit(disco_alpha) */

@@ -229,6 +229,24 @@ Test(info, nanogpt_includes_biases_and_position_row) {
     cr_assert_eq(info.decode_flops_branch, info.decode_flops_baseline);
 }
 
+Test(info, recurrent_reads_norm1_and_kv_twice) {
+    /* SPEC §6.4: per layer and step the persistent pair of the layer's output
+     * reads the attention LayerNorm (weight + bias) and wk, wv (+ biases) again;
+     * C = 16, kv width 16, L = 3; the matrices add 2 * 16 * 16 multiply-adds per layer. */
+    model_config plain = config_of(FAMILY_NANOGPT, "branch=decode");
+    model_config rec = config_of(FAMILY_NANOGPT, "branch=decode recurrent=1");
+    model_info a, b;
+    cr_assert_eq(model_info_compute(&plain, 0, &a), DT_OK);
+    cr_assert_eq(model_info_compute(&rec, 0, &b), DT_OK, "%s", dt_error_message());
+    const double extra = 3.0 * (2 * 16 + 2 * (16 * 16 + 16));
+    cr_expect_eq(b.weight_bytes_baseline, a.weight_bytes_baseline + 4 * extra);
+    cr_expect_eq(b.weight_bytes_grouped, a.weight_bytes_grouped + 4 * extra);
+    cr_expect_eq(b.weight_bytes_ungrouped, a.weight_bytes_ungrouped + 4 * extra, "the branch pass reads no K/V");
+    cr_expect_eq(b.decode_flops_baseline, a.decode_flops_baseline + 2.0 * 3 * 2 * 16 * 16);
+    cr_expect_eq(b.params_total, a.params_total, "no new parameters");
+    cr_expect_eq(b.kv_bytes_baseline, a.kv_bytes_baseline, "the cache holds one pair per position, as before");
+}
+
 Test(info, moe_grouped_decode_loads_the_union_of_experts) {
     /* E = 4, F = 24, C = 16, L = 3. One expert = 3 * 24 * 16 floats. */
     const double expert = 3.0 * 24 * 16, couple = 16 + 16; /* couple_q [H*hd] and couple_out [C]; no couple_hidden */
