@@ -458,14 +458,15 @@ typedef struct attention_args {
     const float *k_cache; /* [n_pos_max, Hkv*hd] */
     const float *v_cache; /* [n_pos_max, Hkv*hd] */
     float *scratch;       /* [n_rows, H, pos + 1] */
+    const float *slopes;  /* [H] score-bias slopes (ALiBi) or NULL */
     int64_t H, Hkv, hd;
 } attention_args;
 
 static void attention_kv_head(int64_t kv_head, void *arg) {
     const attention_args *a = arg;
     prepare_heads(a->s, a->l, a->pos, a->row0, a->n_rows, kv_head, kv_head + 1);
-    k_attention_decode_range(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd, kv_head,
-                             kv_head + 1, a->scratch);
+    k_attention_decode_range_biased(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd,
+                                    kv_head, kv_head + 1, a->slopes, a->scratch);
 }
 
 /* Attention of rows [row0, row0 + n_rows) at layer l, position pos; the
@@ -474,10 +475,12 @@ static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int r
     const shapes d = layer_shapes(s->model, l);
     float *out = s->rows.y + row0 * d.qdim, *q = s->rows.q + row0 * d.qdim;
     const float *k_cache = cache_of(s, s->k_cache, l), *v_cache = cache_of(s, s->v_cache, l);
+    const float *slopes = s->model->arch.layers[l].score_slopes; /* [H] ALiBi, or NULL */
     count(s, &s->traffic.kv_read_bytes, 2.0 * (double)(pos + 1) * (double)d.kvdim * 4.0);
     if (!eval_team_active()) { /* the kernel, threaded by itself */
         prepare_heads(s, l, pos, row0, n_rows, 0, d.Hkv);
-        k_attention_decode(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, s->rows.attn_scratch);
+        k_attention_decode_biased(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, slopes,
+                                  s->rows.attn_scratch);
         return;
     }
     attention_args a = {.s = s,
@@ -490,6 +493,7 @@ static void attention_rows(eval_decode_session *s, int64_t l, int64_t pos, int r
                         .k_cache = k_cache,
                         .v_cache = v_cache,
                         .scratch = s->rows.attn_scratch,
+                        .slopes = slopes,
                         .H = d.H,
                         .Hkv = d.Hkv,
                         .hd = d.hd};
@@ -770,11 +774,12 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
             k_rope_forward(k_cache, layer->rope_table, 1, P, 0, dl.Hkv, dl.hd);
             if (extra) k_rope_forward(b->q + P * dl.qdim, layer->rope_table, 1, 1, P - 1, dl.H, dl.hd);
         }
-        k_attention_forward(b->y, b->lse, b->q, k_cache, v_cache, 1, P, dl.H, dl.Hkv, dl.hd);
+        const float *slopes = m->arch.layers[l].score_slopes; /* [H] ALiBi, or NULL */
+        k_attention_forward_biased(b->y, b->lse, b->q, k_cache, v_cache, 1, P, dl.H, dl.Hkv, dl.hd, slopes);
         s->traffic.kv_read_bytes += 2.0 * (double)(P * dl.kvdim) * 4.0;
         if (extra) {
-            k_attention_decode(b->y + P * dl.qdim, b->q + P * dl.qdim, k_cache, v_cache, 1, P - 1, dl.H, dl.Hkv, dl.hd,
-                               s->rows.attn_scratch);
+            k_attention_decode_biased(b->y + P * dl.qdim, b->q + P * dl.qdim, k_cache, v_cache, 1, P - 1, dl.H, dl.Hkv,
+                                      dl.hd, slopes, s->rows.attn_scratch);
             s->traffic.kv_read_bytes += 2.0 * (double)(P * dl.kvdim) * 4.0;
         }
         prefill_rows_linear(s, b->o, b->y, P, extra, w->wo, w->wo_bias, br->wo, br->wo_bias, dl.qdim, d.C);

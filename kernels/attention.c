@@ -28,6 +28,10 @@
  * been a third of the time). Products whose C is at most 2 vectors wide (P·V,
  * dS·K, dS^T·Q, P^T·dO at hd = 32) use 8-row register blocks.
  *
+ * ALiBi's score bias (slopes per query head) is added to each score tile
+ * right after its product, computed from the tile's positions; without slopes
+ * that pass is skipped, so the unbiased kernels run the code they ran before.
+ *
  * Determinism: every output element is produced by one thread in a fixed tile
  * order, whatever the thread count, so results are bit-identical across runs
  * AND across thread counts. Backward is parallelised over (batch, kv head):
@@ -351,12 +355,41 @@ static inline veci lanes_below(int c0, int limit) {
     return lane < limit - c0;
 }
 
+/* {0, 1, ..., VEC - 1} as floats: a vector's column offsets. */
+static inline vecf lane_offsets(void) {
+#if VEC == 16
+    return (vecf){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#else
+    return (vecf){0, 1, 2, 3, 4, 5, 6, 7};
+#endif
+}
+
 /* ---------------------------------------------------------------- forward */
 
-/* out [B,T,H*hd] = causal softmax(q k^T / sqrt(hd)) v; lse [B,H,T] (natural log)
- * q [B,T,H*hd]; k, v [B,T,Hkv*hd] */
+/* Adds the ALiBi bias to a transposed score tile in base 2: S^T [nk, TILE]
+ * (key k0 + r, query q0 + c) += slope_log2 * (k0 + r - q0 - c), i.e.
+ * -(t - s) * slope * log2(e). Rows start at vector first_vec_step * r / VEC,
+ * as in the softmax below (on the diagonal the earlier vectors are masked and
+ * partly unwritten). Distances are integers below 2^24, exact in float. */
+static void add_bias_transposed(float *scores_t, int nk, int64_t k0, int64_t q0, float slope_log2, int first_vec_step) {
+    const vecf slope = vec_splat(slope_log2), lane = lane_offsets();
+    for (int r = 0; r < nk; r++)
+        for (int c = first_vec_step * r / VEC; c < TILE_VECS; c++) {
+            float *row = scores_t + r * TILE + c * VEC;
+            const vecf distance = vec_splat((float)(k0 + r - q0 - c * VEC)) - lane;
+            vec_store(row, vec_load(row) + distance * slope);
+        }
+}
+
+/* out [B,T,H*hd] = causal softmax(q k^T / sqrt(hd) + bias) v; lse [B,H,T] (natural log)
+ * q [B,T,H*hd]; k, v [B,T,Hkv*hd]; slopes [H] or NULL */
 void k_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t B, int64_t T,
                          int64_t H, int64_t Hkv, int64_t head_dim) {
+    k_attention_forward_biased(out, lse, q, k, v, B, T, H, Hkv, head_dim, NULL);
+}
+
+void k_attention_forward_biased(float *out, float *lse, const float *q, const float *k, const float *v, int64_t B,
+                                int64_t T, int64_t H, int64_t Hkv, int64_t head_dim, const float *slopes) {
     if (B <= 0 || T <= 0) return;
     if (!shape_supported(H, Hkv, head_dim)) {
         fill_nan(out, B * T * (H > 0 ? H : 0) * (head_dim > 0 ? head_dim : 0));
@@ -381,6 +414,7 @@ void k_attention_forward(float *out, float *lse, const float *q, const float *k,
         const int64_t b = bh / H, h = bh % H, kv_head = h / group;
         const int64_t q0 = tile_q * TILE;
         const int nq = (int)(T - q0 < TILE ? T - q0 : TILE);
+        const float slope_log2 = slopes ? slopes[h] * (float)M_LOG2E : 0.0f; /* base 2, as the scores */
 
         _Alignas(64) float qt_tile[K_ATTENTION_MAX_HEAD_DIM * TILE]; /* [hd, TILE] scaled Q^T */
         _Alignas(64) float v_tile[TILE * K_ATTENTION_MAX_HEAD_DIM];  /* [TILE, hd_pad] when hd % VEC != 0 */
@@ -417,6 +451,7 @@ void k_attention_forward(float *out, float *lse, const float *q, const float *k,
              * without an exponential (exp2 of a masked score is exactly 0). The
              * vector holding column r gets -inf below r. */
             const int first_vec_step = diagonal ? 1 : 0; /* row r starts at vector r / VEC on the diagonal */
+            if (slopes) add_bias_transposed(scores_t, nk, k0, q0, slope_log2, first_vec_step);
             if (diagonal)
                 for (int r = 1; r < nk; r++) {
                     const int c = r / VEC * VEC;
@@ -481,14 +516,23 @@ int64_t k_attention_backward_scratch(int64_t B, int64_t T, int64_t H, int64_t Hk
     return B * H * T; /* D = rowsum(d_out ∘ out) per (b, h, t) */
 }
 
-/* With P = softmax(S), S = scale · q k^T (causal), O = P v:
+/* With P = softmax(S), S = scale · q k^T + bias (causal), O = P v:
  *   dV = P^T dO,  dP = dO v^T,  dS = P ∘ (dP - D),  D = rowsum(dO ∘ O),
  *   dQ = scale · dS k,  dK = scale · dS^T q.
- * P is recomputed per tile from q, k and the saved lse. */
-void k_attention_backward_into(float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v,
-                               int accumulate_v, const float *d_out, const float *q, const float *k, const float *v,
-                               const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                               int64_t head_dim, float *scratch) {
+ * P is recomputed per tile from q, k, the bias and the saved lse; the bias is
+ * a constant, so nothing else changes with it. */
+void k_attention_backward_into(float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v, int accumulate_v,
+                               const float *d_out, const float *q, const float *k, const float *v, const float *out,
+                               const float *lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t head_dim,
+                               float *scratch) {
+    k_attention_backward_biased(d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, d_out, q, k, v, out, lse, B, T,
+                                H, Hkv, head_dim, NULL, scratch);
+}
+
+void k_attention_backward_biased(float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v,
+                                 int accumulate_v, const float *d_out, const float *q, const float *k, const float *v,
+                                 const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                                 int64_t head_dim, const float *slopes, float *scratch) {
     if (B <= 0 || T <= 0 || (!d_q && !d_k && !d_v)) return;
     if (!shape_supported(H, Hkv, head_dim)) {
         const int64_t hd = head_dim > 0 ? head_dim : 0;
@@ -576,12 +620,21 @@ void k_attention_backward_into(float *d_q, int accumulate_q, float *d_k, int acc
                         const int c_end = diagonal ? (int)round_up(r + 1, VEC) : TILE;
                         float *p = probs + r * TILE;
                         const vecf shift = vec_splat(lse_log2[r]);
-                        for (int c = 0; c < c_end; c += VEC)
-                            vec_store(p + c, vec_exp2(vec_load(p + c) * scale_log2 - shift));
+                        if (slopes) { /* + slope * log2(e) * (s - t), key s = k0 + c, query t = q0 + r; added
+                                       * last, so zero slopes give the unbiased bits (whatever FMAs contract) */
+                            const vecf slope = vec_splat(slopes[h] * (float)M_LOG2E), lane = lane_offsets();
+                            for (int c = 0; c < c_end; c += VEC) {
+                                const vecf distance = vec_splat((float)(k0 + c - q0 - r)) + lane;
+                                vec_store(p + c, vec_exp2(vec_load(p + c) * scale_log2 - shift + distance * slope));
+                            }
+                        } else
+                            for (int c = 0; c < c_end; c += VEC)
+                                vec_store(p + c, vec_exp2(vec_load(p + c) * scale_log2 - shift));
                         if (diagonal) { /* causal mask; also removes keys past T */
                             const int c0 = (r + 1) / VEC * VEC;
                             if (c0 < c_end)
-                                vec_store(p + c0, vec_select(lanes_below(c0, r + 1), vec_load(p + c0), vec_splat(0.0f)));
+                                vec_store(p + c0,
+                                          vec_select(lanes_below(c0, r + 1), vec_load(p + c0), vec_splat(0.0f)));
                             for (int c = c_end; c < TILE; c += VEC)
                                 vec_store(p + c, vec_splat(0.0f));
                         }
@@ -615,8 +668,8 @@ void k_attention_backward_into(float *d_q, int accumulate_q, float *d_k, int acc
                                     k_ld, dq_tile, hd_pad);
                         for (int r = 0; r < nq; r++)
                             for (int d = 0; d < hd; d++)
-                                d_q[row0 + r * q_stride + d] = (add_to_d_q ? d_q[row0 + r * q_stride + d] : 0.0f) +
-                                                               dq_tile[r * hd_pad + d];
+                                d_q[row0 + r * q_stride + d] =
+                                    (add_to_d_q ? d_q[row0 + r * q_stride + d] : 0.0f) + dq_tile[r * hd_pad + d];
                     }
                     /* dK [nk, hd_pad] += dS^T · Q */
                     if (d_k)
@@ -644,18 +697,26 @@ void k_attention_backward_into(float *d_q, int accumulate_q, float *d_k, int acc
 void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out, const float *q, const float *k,
                           const float *v, const float *out, const float *lse, int64_t B, int64_t T, int64_t H,
                           int64_t Hkv, int64_t head_dim, float *scratch) {
-    k_attention_backward_into(d_q, 1, d_k, 1, d_v, 1, d_out, q, k, v, out, lse, B, T, H, Hkv, head_dim, scratch);
+    k_attention_backward_biased(d_q, 1, d_k, 1, d_v, 1, d_out, q, k, v, out, lse, B, T, H, Hkv, head_dim, NULL,
+                                scratch);
 }
 
 /* ----------------------------------------------------------------- decode */
 
-/* out [n_rows, H*hd]: softmax over positions 0..pos of q·k / sqrt(hd), applied to v,
- * for the query heads of kv heads [kv_begin, kv_end) only.
- * q [n_rows, H*hd]; k_cache, v_cache [n_pos_max, Hkv*hd]; scratch [n_rows, H, pos+1]
- * (each kv head writes only its own heads' part). */
 void k_attention_decode_range(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
                               int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, int64_t kv_begin, int64_t kv_end,
                               float *scratch) {
+    k_attention_decode_range_biased(out, q, k_cache, v_cache, n_rows, pos, H, Hkv, head_dim, kv_begin, kv_end, NULL,
+                                    scratch);
+}
+
+/* out [n_rows, H*hd]: softmax over positions 0..pos of q·k / sqrt(hd) - (pos - t) * slope,
+ * applied to v, for the query heads of kv heads [kv_begin, kv_end) only.
+ * q [n_rows, H*hd]; k_cache, v_cache [n_pos_max, Hkv*hd]; slopes [H] or NULL;
+ * scratch [n_rows, H, pos+1] (each kv head writes only its own heads' part). */
+void k_attention_decode_range_biased(float *out, const float *q, const float *k_cache, const float *v_cache,
+                                     int64_t n_rows, int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim,
+                                     int64_t kv_begin, int64_t kv_end, const float *slopes, float *scratch) {
     const int64_t hd = head_dim, group = H / Hkv, n_pos = pos + 1;
     const int64_t q_stride = H * hd, kv_stride = Hkv * hd;
     const float scale = (float)(1.0 / sqrt((double)hd));
@@ -668,13 +729,15 @@ void k_attention_decode_range(float *out, const float *q, const float *k_cache, 
             for (int64_t h = kv_head * group; h < (kv_head + 1) * group; h++) {
                 const float *q_head = q + row * q_stride + h * hd;
                 float *scores = scratch + (row * H + h) * n_pos, max = -INFINITY, sum = 0.0f;
+                /* without slopes the bias term is exactly 0 and leaves the score's bits */
+                const float slope = slopes ? slopes[h] : 0.0f;
                 for (int64_t t = 0; t < n_pos; t++) {
                     const float *k = k_cache + t * kv_stride + kv_head * hd;
                     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
                     for (int64_t i = 0; i < hd; i++)
                         dot += q_head[i] * k[i];
-                    scores[t] = dot * scale;
+                    scores[t] = dot * scale - (float)(pos - t) * slope;
                     max = scores[t] > max ? scores[t] : max;
                 }
 #pragma omp simd reduction(+ : sum)
@@ -691,9 +754,15 @@ void k_attention_decode_range(float *out, const float *q, const float *k_cache, 
             }
 }
 
-/* The core with one kv head per work item. */
 void k_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
                         int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, float *scratch) {
+    k_attention_decode_biased(out, q, k_cache, v_cache, n_rows, pos, H, Hkv, head_dim, NULL, scratch);
+}
+
+/* The core with one kv head per work item. */
+void k_attention_decode_biased(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
+                               int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, const float *slopes,
+                               float *scratch) {
     if (n_rows <= 0 || pos < 0) return;
     if (H < 1 || Hkv < 1 || H % Hkv != 0 || head_dim < 1) {
         fill_nan(out, n_rows * (H > 0 ? H : 0) * (head_dim > 0 ? head_dim : 0));
@@ -701,6 +770,6 @@ void k_attention_decode(float *out, const float *q, const float *k_cache, const 
     }
 #pragma omp parallel for schedule(static) if (Hkv > 1 && n_rows * H * (pos + 1) * head_dim > DECODE_PARALLEL_MIN_WORK)
     for (int64_t kv_head = 0; kv_head < Hkv; kv_head++)
-        k_attention_decode_range(out, q, k_cache, v_cache, n_rows, pos, H, Hkv, head_dim, kv_head, kv_head + 1,
-                                 scratch);
+        k_attention_decode_range_biased(out, q, k_cache, v_cache, n_rows, pos, H, Hkv, head_dim, kv_head, kv_head + 1,
+                                        slopes, scratch);
 }

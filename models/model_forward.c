@@ -94,7 +94,8 @@ static dt_tensor *attention_sublayer(ag_ctx *ctx, const model *m, int64_t l, blo
         v = from_primary(ctx, c, state->v);
     }
     if (position->rotary) q = position->rotate(ctx, q, la->n_head, m->arch.rope_theta);
-    dt_tensor *y = ag_attention(ctx, q, k, v, la->n_head, la->n_kv_head);      // [B,T,H*hd]
+    /* ALiBi's slopes (NULL for other schemes): the branch's query at t sees the primary's keys s <= t, same bias */
+    dt_tensor *y = ag_attention_biased(ctx, q, k, v, la->n_head, la->n_kv_head, la->score_slopes); // [B,T,H*hd]
     if (add_residual) return ag_linear_residual(ctx, x, y, w->wo, w->wo_bias); /* x + (y Wo^T + bo) */
     return ag_linear(ctx, y, w->wo, w->wo_bias);
 }

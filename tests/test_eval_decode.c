@@ -191,6 +191,27 @@ Test(decode_tf, llama_layer_heads_gqa_branch) {
     check_against_teacher_forced(LLAMA "layer_heads=2,8 branch=decode " ALPHA_FREE, 47);
 }
 
+/* SPEC §6.4 ALiBi: no pos_emb, no RoPE, the score bias in the prefill's tiled
+ * attention and in the decode kernel (team items and the kernel's own
+ * threads); the branch's query gets its head's bias over the primary's keys. */
+Test(decode_tf, nanogpt_alibi_baseline) { check_against_teacher_forced(NANOGPT "alibi=1 branch=none", 61); }
+Test(decode_tf, nanogpt_alibi_branch) { check_against_teacher_forced(NANOGPT "alibi=1 branch=decode " ALPHA_FREE, 62); }
+Test(decode_tf, llama_alibi_gqa_branch) { check_against_teacher_forced(LLAMA "alibi=1 branch=decode " ALPHA_FREE, 63); }
+Test(decode_tf, llama_alibi_layer_heads_share_off) {
+    check_against_teacher_forced(LLAMA "alibi=1 layer_heads=2,8 branch=decode share=off " ALPHA_FREE, 64);
+}
+Test(decode_tf, nanogpt_alibi_layer_heads_branch) {
+    check_against_teacher_forced(NANOGPT "alibi=1 layer_heads=1,4 branch=decode " ALPHA_FREE, 65);
+}
+Test(decode_tf, moe_alibi_replay) {
+    check_against_teacher_forced(MOE "alibi=1 branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE, 66);
+}
+Test(decode_tf, llama_alibi_blis_path) {
+    engine_matvec = EVAL_MATVEC_BLIS; /* the decode kernel's own threads, not the team's items */
+    check_against_teacher_forced(LLAMA "alibi=1 branch=decode " ALPHA_FREE, 67);
+    engine_matvec = EVAL_MATVEC_OWN;
+}
+
 /* SPEC §6.3 attention residuals (eval_test_model draws the route queries
  * too, so the routes are not the uniform mean they start as). */
 Test(decode_tf, nanogpt_attnres_full_branch) {
@@ -300,6 +321,8 @@ Test(decode_reference, nanogpt_prism) { check_reference("options/09_nanogpt_pris
 Test(decode_reference, moe_triplu_prodnorm) { check_reference("options/16_moe_triplu_prodnorm.h5"); }
 Test(decode_reference, llama_attnres_mhar_branch) { check_reference("options/10_llama_attnres_mhar_branch.h5"); }
 Test(decode_reference, llama_attnres_block) { check_reference("options/15_llama_attnres_block.h5"); }
+Test(decode_reference, llama_alibi_branch) { check_reference("options/14_llama_alibi_branch.h5"); }
+Test(decode_reference, nanogpt_alibi_prism) { check_reference("options_heldout/nanogpt_alibi_prism.h5"); }
 
 /* ---- what grouping saves ------------------------------------------------- */
 
@@ -351,6 +374,8 @@ Test(decode_traffic, counters_equal_the_cost_model) {
         NANOGPT "layer_heads=1,4 branch=decode",
         LLAMA "attn_res=block attn_res_blocks=2 attn_res_heads=2 branch=decode",
         MOE "ffn=prod4 top_k=2 branch=decode",
+        NANOGPT "alibi=1 branch=decode", /* no pos_emb row to read */
+        MOE "alibi=1 layer_heads=2,4 top_k=2 branch=decode",
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) check_cost_model(specs[i], 70 + i);
 }

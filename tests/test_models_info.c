@@ -55,7 +55,9 @@ Test(info, counts_match_the_registry) {
                               "ffn=triplu branch=decode", "ffn=prod4 ffn_prod_norm=1 branch=decode share=off",
                               "ffn=prod2 ffn_prod_norm=1", "layer_heads=2,4,8 branch=decode",
                               /* SPEC §6.3 attention residuals */
-                              "attn_res=full branch=decode", "attn_res=block attn_res_blocks=3 attn_res_heads=4"};
+                              "attn_res=full branch=decode", "attn_res=block attn_res_blocks=3 attn_res_heads=4",
+                              /* SPEC §6.4 ALiBi (no pos_emb for nanogpt) */
+                              "alibi=1 branch=decode", "alibi=1 layer_heads=2,4,8 branch=decode share=off"};
     for (int f = 0; f < 3; f++) {
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             model_config c = config_of(families[f], variants[v]);
@@ -190,6 +192,28 @@ Test(info, nanogpt_includes_biases_and_position_row) {
     cr_assert_eq(info.weight_bytes_baseline, 4 * baseline);
     cr_assert_eq(info.weight_bytes_grouped, info.weight_bytes_baseline, "no branch: nothing added");
     cr_assert_eq(info.decode_flops_branch, info.decode_flops_baseline);
+}
+
+/* ALiBi (SPEC §6.4) replaces nanogpt's pos_emb: T_max * C = 12 * 16 fewer
+ * parameters, one C-row fewer read per decode step (each row of grouped
+ * decode), the same FLOPs (the bias is not a matrix product). */
+Test(info, nanogpt_alibi_drops_the_position_table) {
+    model_config plain = config_of(FAMILY_NANOGPT, "branch=decode"),
+                 alibi = config_of(FAMILY_NANOGPT, "branch=decode alibi=1");
+    model_info a, b;
+    cr_assert_eq(model_info_compute(&plain, 0, &a), DT_OK);
+    cr_assert_eq(model_info_compute(&alibi, 0, &b), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(a.params_total - b.params_total, 12 * 16);
+    cr_assert_eq(a.params_primary - b.params_primary, 12 * 16);
+    cr_assert_eq(a.weight_bytes_baseline - b.weight_bytes_baseline, 4 * 16);
+    cr_assert_eq(a.weight_bytes_grouped - b.weight_bytes_grouped, 4 * 16, "the two rows share one pos_emb row");
+    cr_assert_eq(a.decode_flops_baseline, b.decode_flops_baseline);
+    model m;
+    cr_assert_eq(model_create(&m, &alibi), DT_OK, "%s", dt_error_message());
+    cr_assert_null(m.pos_emb);
+    for (int i = 0; i < m.n_params; i++)
+        cr_assert(strcmp(m.params[i].name, "pos_emb.weight"), "pos_emb in an ALiBi model");
+    model_free(&m);
 }
 
 Test(info, moe_grouped_decode_loads_the_union_of_experts) {
