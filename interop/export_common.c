@@ -30,6 +30,8 @@ dt_status interop_check_exportable(const model_config *c, interop_format format)
                          name);
     if (c->attn_res != ATTN_RES_OFF)
         return dt_errorf("attn_res cannot be exported to %s (its architectures sum the residual stream)", name);
+    if (c->alibi)
+        return dt_errorf("alibi = 1 cannot be exported to %s (its architectures position by RoPE or pos_emb)", name);
     if (c->branch == BRANCH_DECODE && !c->share)
         return dt_errorf("share = off cannot be exported to %s (the branch's own matrices are a second model, "
                          "not side tensors)",
