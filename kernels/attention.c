@@ -29,7 +29,8 @@
  * dS·K, dS^T·Q, P^T·dO at hd = 32) use 8-row register blocks.
  *
  * ALiBi's score bias (slopes per query head) is added to each score tile
- * right after its product, computed from the tile's positions; without slopes
+ * right after its product, computed from the tile's positions, and its
+ * exponentials flush subnormal weights to 0 (vec_exp2_flushed); without slopes
  * that pass is skipped, so the unbiased kernels run the code they ran before.
  *
  * Determinism: every output element is produced by one thread in a fixed tile
@@ -121,14 +122,15 @@ static inline float dot_product(const float *a, const float *b, int n) {
 /* 2^x for x <= 0 (the only range softmax needs), relative error ~2e-7.
  * x is clamped to [-127, 0]; at -127 the result is exactly 0, so masked scores
  * (-inf) become exactly zero weights. Cephes exp2f: x = n + f, |f| <= 1/2, a
- * degree-6 polynomial for 2^f, and 2^n built in the exponent bits. Below
- * 2^-125.5 the result is 0 rather than a subnormal: a subnormal product costs
- * a microcode assist (~100 cycles), and ALiBi's far keys land there in every
- * tile (the biased backward measured ~1.2x the unbiased one before, ~1.07x
- * after); such weights are below 1e-37 of the row's largest. */
+ * degree-6 polynomial for 2^f, and 2^n built in the exponent bits. Results
+ * in [2^-127, 2^-125.5] may be subnormal, and a subnormal product costs a
+ * microcode assist (~100 cycles): rare without a bias, but ALiBi's far keys
+ * land there in every tile, so the biased kernels use vec_exp2_flushed, which
+ * makes them 0 (the biased backward measured ~1.2x the unbiased one with
+ * vec_exp2, ~1.07x with it); such weights are below 1e-37 of the row's
+ * largest. The unbiased kernels keep vec_exp2's bits. */
 static inline vecf vec_exp2(vecf x) {
     x = vec_min(vec_max(x, vec_splat(-127.0f)), vec_splat(0.0f));
-    const veci subnormal = x < vec_splat(-125.5f); /* results below 2^-125.5 are flushed to 0 (see above) */
     /* round to nearest with the 1.5*2^23 trick (valid for |x| < 2^22) */
     const vecf magic = vec_splat(12582912.0f);
     vecf n = (x + magic) - magic;
@@ -143,8 +145,12 @@ static inline vecf vec_exp2(vecf x) {
     veci bits = (__builtin_convertvector(n, veci) + 127) << 23; /* n = -127 gives +0.0 */
     vecf two_n;
     memcpy(&two_n, &bits, sizeof two_n);
-    return vec_select(subnormal, vec_splat(0.0f), p * two_n);
+    return p * two_n;
 }
+
+/* vec_exp2 with results below 2^-125.5 flushed to 0 (see above): the biased
+ * kernels' exponential. */
+static inline vecf vec_exp2_flushed(vecf x) { return vec_select(x < vec_splat(-125.5f), vec_splat(0.0f), vec_exp2(x)); }
 
 /* Rows of C per register block when C is at most 2 vectors wide (head_dim
  * 32 with AVX-512: P·V, dS·K, dS^T·Q, P^T·dO): 8 x 2 accumulators use the 32
@@ -404,6 +410,24 @@ static __attribute__((noinline)) void add_bias_rows(float *scores, int nq, int64
     }
 }
 
+/* P^T [nk, TILE] = exp2(S^T - max) in place, max [TILE_VECS] per query
+ * vector, row r from vector first_vec_step * r / VEC (zeros before: masked);
+ * sum [TILE_VECS] += the new weights. flush: vec_exp2_flushed (biased scores). */
+static inline __attribute__((always_inline)) void exponentiate_tile(float *scores_t, int nk, int first_vec_step,
+                                                                    const vecf *max, vecf *sum, int flush) {
+    for (int r = 0; r < nk; r++) {
+        const int first = first_vec_step * r / VEC;
+        for (int c = 0; c < first; c++)
+            vec_store(scores_t + r * TILE + c * VEC, vec_splat(0.0f));
+        for (int c = first; c < TILE_VECS; c++) {
+            const vecf x = vec_load(scores_t + r * TILE + c * VEC) - max[c];
+            const vecf p = flush ? vec_exp2_flushed(x) : vec_exp2(x);
+            sum[c] += p;
+            vec_store(scores_t + r * TILE + c * VEC, p);
+        }
+    }
+}
+
 /* out [B,T,H*hd] = causal softmax(q k^T / sqrt(hd) + bias) v; lse [B,H,T] (natural log)
  * q [B,T,H*hd]; k, v [B,T,Hkv*hd]; slopes [H] or NULL */
 void k_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t B, int64_t T,
@@ -493,16 +517,10 @@ void k_attention_forward_biased(float *out, float *lse, const float *q, const fl
                 correction[c] = vec_exp2(vec_load(row_max + c * VEC) - new_max[c]);
                 sum[c] = vec_splat(0.0f);
             }
-            for (int r = 0; r < nk; r++) {
-                const int first = first_vec_step * r / VEC;
-                for (int c = 0; c < first; c++)
-                    vec_store(scores_t + r * TILE + c * VEC, vec_splat(0.0f));
-                for (int c = first; c < TILE_VECS; c++) {
-                    const vecf p = vec_exp2(vec_load(scores_t + r * TILE + c * VEC) - new_max[c]);
-                    sum[c] += p;
-                    vec_store(scores_t + r * TILE + c * VEC, p);
-                }
-            }
+            if (slopes)
+                exponentiate_tile(scores_t, nk, first_vec_step, new_max, sum, 1);
+            else
+                exponentiate_tile(scores_t, nk, first_vec_step, new_max, sum, 0);
             for (int c = 0; c < TILE_VECS; c++) {
                 vec_store(row_sum + c * VEC, vec_load(row_sum + c * VEC) * correction[c] + sum[c]);
                 vec_store(row_max + c * VEC, new_max[c]);
@@ -644,8 +662,12 @@ void k_attention_backward_biased(float *d_q, int accumulate_q, float *d_k, int a
                         const int c_end = diagonal ? (int)round_up(r + 1, VEC) : TILE;
                         float *p = probs + r * TILE;
                         const vecf shift = vec_splat(lse_log2[r]);
-                        for (int c = 0; c < c_end; c += VEC)
-                            vec_store(p + c, vec_exp2(vec_load(p + c) * scale_log2 - shift));
+                        if (slopes)
+                            for (int c = 0; c < c_end; c += VEC)
+                                vec_store(p + c, vec_exp2_flushed(vec_load(p + c) * scale_log2 - shift));
+                        else
+                            for (int c = 0; c < c_end; c += VEC)
+                                vec_store(p + c, vec_exp2(vec_load(p + c) * scale_log2 - shift));
                         if (diagonal) { /* causal mask; also removes keys past T */
                             const int c0 = (r + 1) / VEC * VEC;
                             if (c0 < c_end)
