@@ -87,6 +87,10 @@ dt_tensor *ag_rope(ag_ctx *ctx, dt_tensor *x, int64_t n_head, double theta);
 /* Causal GQA attention: q [B, T, H*hd]; k, v [B, T, Hkv*hd] -> [B, T, H*hd].
  * q may come from another path than k and v (the decode branch). */
 dt_tensor *ag_attention(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tensor *v, int64_t n_head, int64_t n_kv_head);
+/* The same with ALiBi's bias (SPEC §6.4): -(t - s) * slopes[h] on the score of
+ * query head h at t for the key at s; slopes [n_head] (copied), NULL: none. */
+dt_tensor *ag_attention_biased(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tensor *v, int64_t n_head, int64_t n_kv_head,
+                               const float *slopes);
 
 /* ---- losses ---- */
 /* logits [..., V], targets int32 [...] -> per-row losses [rows] */

@@ -1,6 +1,7 @@
 /* Attention ops: RoPE (out-of-place, so the unrotated input stays valid for
  * other consumers) and causal GQA attention over the flash-style kernel, whose
- * per-(b, h, t) log-sum-exp is saved for the backward. */
+ * per-(b, h, t) log-sum-exp is saved for the backward, with or without
+ * ALiBi's per-head score bias (SPEC §6.4). */
 #include <string.h>
 
 #include "autograd/ops.h"
@@ -51,29 +52,38 @@ dt_tensor *ag_rope(ag_ctx *ctx, dt_tensor *x, int64_t n_head, double theta) {
     return out;
 }
 
-/* ---- attention: q [B,T,H*hd]; k, v [B,T,Hkv*hd] -> out [B,T,H*hd] ---- */
+/* ---- attention: q [B,T,H*hd]; k, v [B,T,Hkv*hd] -> out [B,T,H*hd] ----
+ * Saved: lse [B,H,T], followed by a copy of the slopes [H] when the scores
+ * carry ALiBi's bias (iarg[2] = 1), so the node does not depend on the
+ * caller's array living on. */
 
 static void attention_backward(ag_ctx *ctx, ag_node *node) {
     dt_tensor *q = node->in[0], *k = node->in[1], *v = node->in[2], *out = node->out;
     int64_t B = q->shape[0], T = q->shape[1], H = node->iarg[0], Hkv = node->iarg[1], head_dim = q->shape[2] / H;
-    const float *lse = node->saved; /* [B,H,T] */
+    const float *lse = node->saved;                               /* [B,H,T] */
+    const float *slopes = node->iarg[2] ? lse + B * H * T : NULL; /* [H] */
     int64_t scratch_floats = k_attention_backward_scratch(B, T, H, Hkv, head_dim);
     float *scratch = ag_scratch(ctx, (size_t)(scratch_floats > 0 ? scratch_floats : 1) * sizeof(float));
-    if (!scratch) return; /* out of memory: the arena recorded why; gradients stay partial */
+    if (!scratch) return;             /* out of memory: the arena recorded why; gradients stay partial */
     if (q == k || q == v || k == v) { /* one tensor in two roles: its gradient takes both sums */
-        k_attention_backward(ag_grad(ctx, q), ag_grad(ctx, k), ag_grad(ctx, v), out->grad, dt_f32(q), dt_f32(k),
-                             dt_f32(v), dt_f32(out), lse, B, T, H, Hkv, head_dim, scratch);
+        k_attention_backward_biased(ag_grad(ctx, q), 1, ag_grad(ctx, k), 1, ag_grad(ctx, v), 1, out->grad, dt_f32(q),
+                                    dt_f32(k), dt_f32(v), dt_f32(out), lse, B, T, H, Hkv, head_dim, slopes, scratch);
         return;
     }
     /* Fresh gradient buffers are written, not zero-filled and added to. */
     int accumulate_q, accumulate_k, accumulate_v;
     float *d_q = ag_grad_for_write(ctx, q, &accumulate_q), *d_k = ag_grad_for_write(ctx, k, &accumulate_k),
           *d_v = ag_grad_for_write(ctx, v, &accumulate_v);
-    k_attention_backward_into(d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, out->grad, dt_f32(q), dt_f32(k),
-                              dt_f32(v), dt_f32(out), lse, B, T, H, Hkv, head_dim, scratch);
+    k_attention_backward_biased(d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, out->grad, dt_f32(q),
+                                dt_f32(k), dt_f32(v), dt_f32(out), lse, B, T, H, Hkv, head_dim, slopes, scratch);
 }
 
 dt_tensor *ag_attention(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tensor *v, int64_t n_head, int64_t n_kv_head) {
+    return ag_attention_biased(ctx, q, k, v, n_head, n_kv_head, NULL);
+}
+
+dt_tensor *ag_attention_biased(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tensor *v, int64_t n_head, int64_t n_kv_head,
+                               const float *slopes) {
     static const char *op = "attention";
     if (!q || !k || !v) return NULL;
     if (!ag_check_f32(op, "q", q) || !ag_check_f32(op, "k", k) || !ag_check_f32(op, "v", v)) return NULL;
@@ -90,9 +100,13 @@ dt_tensor *ag_attention(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tensor *v, i
         return ag_fail_shapes(op, q, k, "do not match (q [B, T, H*hd], k [B, T, Hkv*hd])");
     if (!dt_same_shape(k, v)) return ag_fail_shapes(op, k, v, "differ (k and v must be equal)");
     dt_tensor *out = ag_tensor_like(ctx, q);
-    float *lse = ag_scratch(ctx, (size_t)(B * H * T) * sizeof(float)); /* [B,H,T] */
+    float *lse = ag_scratch(ctx, (size_t)(B * H * T + (slopes ? H : 0)) * sizeof(float)); /* [B,H,T] (+ slopes [H]) */
     if (!out || !lse) return NULL;
-    k_attention_forward(dt_f32(out), lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, head_dim);
+    if (slopes) {
+        memcpy(lse + B * H * T, slopes, (size_t)H * sizeof(float));
+        slopes = lse + B * H * T;
+    }
+    k_attention_forward_biased(dt_f32(out), lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, head_dim, slopes);
     dt_tensor *inputs[3] = {q, k, v};
     if (ag_needs_grad(ctx, inputs, 3)) {
         ag_node *node = ag_record(ctx, op, attention_backward, out, inputs, 3);
@@ -100,6 +114,7 @@ dt_tensor *ag_attention(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tensor *v, i
         node->saved = lse;
         node->iarg[0] = H;
         node->iarg[1] = Hkv;
+        node->iarg[2] = slopes != NULL;
     }
     return out;
 }

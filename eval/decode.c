@@ -512,6 +512,7 @@ typedef struct attention_args {
     const float *k_cache; /* [n_pos_max, Hkv*hd] */
     const float *v_cache; /* [n_pos_max, Hkv*hd] */
     float *scratch;       /* [n_rows, H, pos + 1] */
+    const float *slopes;  /* [H] score-bias slopes (ALiBi) or NULL */
     int64_t H, Hkv, hd;
 } attention_args;
 
@@ -520,8 +521,8 @@ typedef struct attention_args {
  * primary's temporary pair (SPEC §6.4: the branch's query sees the same keys). */
 static void attention_core(const attention_args *a, int64_t kv_begin, int64_t kv_end) {
     if (!a->s->model->arch.recurrent) {
-        k_attention_decode_range(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd, kv_begin,
-                                 kv_end, a->scratch);
+        k_attention_decode_range_biased(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd,
+                                        kv_begin, kv_end, a->slopes, a->scratch);
         return;
     }
     const k_recurrent_keys keys = {a->k_cache,
@@ -533,7 +534,7 @@ static void attention_core(const attention_args *a, int64_t kv_begin, int64_t kv
                                    a->H,
                                    a->Hkv,
                                    a->hd,
-                                   NULL};
+                                   a->slopes}; /* ALiBi; the temporary pair at s = t gets bias 0 */
     /* each kv head's own scratch row: items of the team run at once */
     k_recurrent_attention_forward_range(a->out, NULL, a->q, a->n_rows, &keys, kv_begin, kv_end,
                                         a->scratch + kv_begin * (a->pos + 1));
@@ -551,10 +552,12 @@ static void attention_rows(eval_decode_session *s, int64_t j, int64_t pos, int r
     const shapes d = layer_shapes(s->model, j % s->model->arch.L);
     float *out = s->rows.y + row0 * d.qdim, *q = s->rows.q + row0 * d.qdim;
     const float *k_cache = cache_of(s, s->k_cache, j), *v_cache = cache_of(s, s->v_cache, j);
+    const float *slopes = s->model->arch.layers[j % s->model->arch.L].score_slopes; /* [H] ALiBi, or NULL */
     count(s, &s->traffic.kv_read_bytes, 2.0 * (double)(pos + 1) * (double)d.kvdim * 4.0);
     if (!eval_team_active() && !s->model->arch.recurrent) { /* the kernel, threaded by itself */
         prepare_heads(s, j, pos, row0, n_rows, 0, d.Hkv);
-        k_attention_decode(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, s->rows.attn_scratch);
+        k_attention_decode_biased(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, slopes,
+                                  s->rows.attn_scratch);
         return;
     }
     attention_args a = {.s = s,
@@ -567,6 +570,7 @@ static void attention_rows(eval_decode_session *s, int64_t j, int64_t pos, int r
                         .k_cache = k_cache,
                         .v_cache = v_cache,
                         .scratch = s->rows.attn_scratch,
+                        .slopes = slopes,
                         .H = d.H,
                         .Hkv = d.Hkv,
                         .hd = d.hd};
@@ -938,11 +942,12 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
             k_rope_forward(k_cache, layer->rope_table, 1, P, 0, dl.Hkv, dl.hd);
             if (extra) k_rope_forward(b->q + P * dl.qdim, layer->rope_table, 1, 1, P - 1, dl.H, dl.hd);
         }
-        k_attention_forward(b->y, b->lse, b->q, k_cache, v_cache, 1, P, dl.H, dl.Hkv, dl.hd);
+        const float *slopes = m->arch.layers[l].score_slopes; /* [H] ALiBi, or NULL */
+        k_attention_forward_biased(b->y, b->lse, b->q, k_cache, v_cache, 1, P, dl.H, dl.Hkv, dl.hd, slopes);
         s->traffic.kv_read_bytes += 2.0 * (double)(P * dl.kvdim) * 4.0;
         if (extra) {
-            k_attention_decode(b->y + P * dl.qdim, b->q + P * dl.qdim, k_cache, v_cache, 1, P - 1, dl.H, dl.Hkv, dl.hd,
-                               s->rows.attn_scratch);
+            k_attention_decode_biased(b->y + P * dl.qdim, b->q + P * dl.qdim, k_cache, v_cache, 1, P - 1, dl.H, dl.Hkv,
+                                      dl.hd, slopes, s->rows.attn_scratch);
             s->traffic.kv_read_bytes += 2.0 * (double)(P * dl.kvdim) * 4.0;
         }
         prefill_rows_linear(s, b->o, b->y, P, extra, w->wo, w->wo_bias, br->wo, br->wo_bias, dl.qdim, d.C);

@@ -33,6 +33,8 @@ dt_status interop_check_exportable(const model_config *c, interop_format format)
     if (c->n_loop > 1)
         return dt_errorf("n_loop = %lld cannot be exported to %s (its architectures apply each layer once)",
                          (long long)c->n_loop, name);
+    if (c->alibi)
+        return dt_errorf("alibi = 1 cannot be exported to %s (its architectures position by RoPE or pos_emb)", name);
     if (c->branch == BRANCH_DECODE && !c->share)
         return dt_errorf("share = off cannot be exported to %s (the branch's own matrices are a second model, "
                          "not side tensors)",

@@ -10,7 +10,14 @@
  * most one tile of scores per thread exists at a time; it saves the
  * log-sum-exp per (b, h, t) for backward, which recomputes the scores tile by
  * tile. Neither allocates: scratch comes from the caller. Results are
- * bit-identical from run to run and for any thread count. */
+ * bit-identical from run to run and for any thread count.
+ *
+ * Score bias (ALiBi, SPEC §6.4): the `_biased` forms take slopes [H], one per
+ * query head, and add -(t - s) * slopes[h] to the score of query head h at
+ * position t for the key at s <= t (the cross form gets the same bias: the
+ * branch's query at t sees the same keys). The bias is computed per tile, never
+ * stored; slopes = NULL is no bias, and the plain names are those forms with
+ * NULL (the same code path as before the bias existed). */
 #ifndef K_ATTENTION_H
 #define K_ATTENTION_H
 
@@ -28,8 +35,11 @@
 dt_status k_attention_check(int64_t H, int64_t Hkv, int64_t head_dim);
 
 /* q [B,T,H*hd]; k, v [B,T,Hkv*hd]; out [B,T,H*hd]; lse [B,H,T]. */
-void k_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t B,
-                         int64_t T, int64_t H, int64_t Hkv, int64_t head_dim);
+void k_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t B, int64_t T,
+                         int64_t H, int64_t Hkv, int64_t head_dim);
+/* The same with the score bias; slopes [H] or NULL. */
+void k_attention_forward_biased(float *out, float *lse, const float *q, const float *k, const float *v, int64_t B,
+                                int64_t T, int64_t H, int64_t Hkv, int64_t head_dim, const float *slopes);
 
 /* Floats of scratch k_attention_backward needs for these sizes. */
 int64_t k_attention_backward_scratch(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t head_dim);
@@ -45,10 +55,16 @@ void k_attention_backward(float *d_q, float *d_k, float *d_v, const float *d_out
  * or written (0: its previous contents are never read, so a fresh buffer
  * needs no zero-fill); written results equal the accumulation onto zeros bit
  * for bit. The outputs must not overlap one another. */
-void k_attention_backward_into(float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v,
-                               int accumulate_v, const float *d_out, const float *q, const float *k, const float *v,
-                               const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                               int64_t head_dim, float *scratch);
+void k_attention_backward_into(float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v, int accumulate_v,
+                               const float *d_out, const float *q, const float *k, const float *v, const float *out,
+                               const float *lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t head_dim,
+                               float *scratch);
+/* The same for a forward run with slopes [H] (or NULL); out and lse must come
+ * from k_attention_forward_biased with the same slopes. */
+void k_attention_backward_biased(float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v,
+                                 int accumulate_v, const float *d_out, const float *q, const float *k, const float *v,
+                                 const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                                 int64_t head_dim, const float *slopes, float *scratch);
 
 /* Decode: n_rows query rows, all at position pos, over a cache holding
  * positions 0..pos (the primary row and the branch row of grouped decode share
@@ -64,5 +80,12 @@ void k_attention_decode(float *out, const float *q, const float *k_cache, const 
 void k_attention_decode_range(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
                               int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, int64_t kv_begin, int64_t kv_end,
                               float *scratch);
+/* Both with the score bias at query position pos; slopes [H] or NULL. */
+void k_attention_decode_biased(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
+                               int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, const float *slopes,
+                               float *scratch);
+void k_attention_decode_range_biased(float *out, const float *q, const float *k_cache, const float *v_cache,
+                                     int64_t n_rows, int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim,
+                                     int64_t kv_begin, int64_t kv_end, const float *slopes, float *scratch);
 
 #endif

@@ -30,7 +30,7 @@ dt_status model_arch_build(model_arch *arch, const model_config *c) {
     const model_family_preset *preset = model_family_preset_of(c->family);
     if (!preset) return dt_errorf("family = %d has no preset", (int)c->family);
     arch->norm = model_norm_kind_find(preset->norm);
-    arch->position = model_position_kind_find(preset->position);
+    arch->position = model_position_kind_find(c->alibi ? "alibi" : preset->position); /* SPEC §6.4 replaces it */
     const model_ffn_kind *ffn = model_ffn_kind_find(preset->ffn);
     if (!arch->norm || !arch->position || !ffn)
         return dt_errorf("family %s: a kind of its preset is missing from the tables", model_family_name(c->family));
@@ -123,11 +123,28 @@ dt_status model_arch_build(model_arch *arch, const model_config *c) {
         arch->max_n_head = max64(arch->max_n_head, layer->n_head);
         arch->max_n_kv_head = max64(arch->max_n_kv_head, layer->n_kv_head);
     }
+    if (arch->position->head_slopes) { /* one slope per query head of each layer (H_l: SPEC §6.2) */
+        int64_t n = 0;
+        for (int64_t l = 0; l < arch->L; l++)
+            n += arch->layers[l].n_head;
+        arch->slopes_memory = malloc((size_t)n * sizeof *arch->slopes_memory);
+        if (!arch->slopes_memory) {
+            model_arch_free(arch);
+            return dt_errorf("model description: out of memory for %lld slopes", (long long)n);
+        }
+        float *next = arch->slopes_memory;
+        for (int64_t l = 0; l < arch->L; l++) {
+            arch->position->head_slopes(next, arch->layers[l].n_head);
+            arch->layers[l].score_slopes = next;
+            next += arch->layers[l].n_head;
+        }
+    }
     return DT_OK;
 }
 
 void model_arch_free(model_arch *arch) {
     if (!arch) return;
     free(arch->layers);
+    free(arch->slopes_memory);
     memset(arch, 0, sizeof *arch);
 }

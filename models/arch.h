@@ -48,6 +48,9 @@ typedef struct model_layer_arch {
     int product_degree, prod_norm;
     /* The branch's coupling vectors in this layer (SPEC §2), when it has them. */
     int couple_q, couple_hidden, couple_out;
+    /* [n_head] the position scheme's score-bias slopes for this layer's heads
+     * (ALiBi, SPEC §6.4), handed to the attention kernels; NULL without. */
+    const float *score_slopes;
 } model_layer_arch;
 
 typedef struct model_arch {
@@ -78,6 +81,7 @@ typedef struct model_arch {
     double disco_tau, disco_alpha;
     int recurrent;            /* SPEC §6.4: keys and values of earlier positions from each layer's output */
     model_layer_arch *layers; /* [L] */
+    float *slopes_memory;     /* every layer's score_slopes, back to back (score-bias schemes) */
 } model_arch;
 
 /* Builds the description of a validated config (model_config_validate). */

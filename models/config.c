@@ -568,7 +568,7 @@ dt_status model_config_validate(model_config *c) {
         if (c->n_head % c->n_kv_head != 0)
             return dt_errorf("n_head = %lld is not divisible by n_kv_head = %lld", (long long)c->n_head,
                              (long long)c->n_kv_head);
-        if (model_head_dim(c) % 2 != 0)
+        if (!c->alibi && model_head_dim(c) % 2 != 0) /* alibi = 1 replaces RoPE (SPEC §6.4) */
             return dt_errorf("head_dim = d_model/n_head = %lld must be even for RoPE (family %s)",
                              (long long)model_head_dim(c), family);
     }

@@ -97,12 +97,13 @@ static dt_tensor *attention_sublayer(ag_ctx *ctx, const model *m, int64_t l, blo
         v = from_primary(ctx, c, state->v);
     }
     if (position->rotary) q = position->rotate(ctx, q, la->n_head, m->arch.rope_theta);
-    dt_tensor *y;         // [B,T,H*hd]
+    dt_tensor *y; // [B,T,H*hd]
+    /* ALiBi's slopes (NULL for other schemes): the branch's query at t sees the primary's keys s <= t, same bias */
     if (state->k_persist) /* the branch of a recurrent layer (SPEC §6.4): the primary's query's keys */
         y = model_recurrent_attention(ctx, la, q, k, v, from_primary(ctx, c, state->k_persist),
-                                      from_primary(ctx, c, state->v_persist), 0, q->shape[1], NULL);
+                                      from_primary(ctx, c, state->v_persist), 0, q->shape[1], la->score_slopes);
     else
-        y = ag_attention(ctx, q, k, v, la->n_head, la->n_kv_head);
+        y = ag_attention_biased(ctx, q, k, v, la->n_head, la->n_kv_head, la->score_slopes);
     if (add_residual) return ag_linear_residual(ctx, x, y, w->wo, w->wo_bias); /* x + (y Wo^T + bo) */
     return ag_linear(ctx, y, w->wo, w->wo_bias);
 }

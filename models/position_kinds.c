@@ -1,6 +1,8 @@
-/* The position schemes of SPEC §1: learned absolute positions and RoPE. */
+/* The position schemes of SPEC §1 and §6.4: learned absolute positions, RoPE
+ * and ALiBi. */
 #include "models/position_kinds.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "autograd/ops.h"
@@ -17,9 +19,18 @@ static void rope_rotate_heads(float *x, const float *table, int64_t pos, int64_t
     k_rope_forward_range(x, table, 1, pos, n_heads, hd);
 }
 
+/* ALiBi (SPEC §6.4): head h of H gets slope 2^(-8(h+1)/H), the geometric
+ * sequence of the ALiBi paper for any H (not only powers of two). */
+// slopes [n_heads]
+static void alibi_head_slopes(float *slopes, int64_t n_heads) {
+    for (int64_t h = 0; h < n_heads; h++)
+        slopes[h] = (float)exp2(-8.0 * (double)(h + 1) / (double)n_heads);
+}
+
 static const model_position_kind kinds[] = {
-    {"learned", 1, 0, NULL, NULL},
-    {"rope", 0, 1, rope_taped, rope_rotate_heads},
+    {"learned", 1, 0, NULL, NULL, NULL},
+    {"rope", 0, 1, rope_taped, rope_rotate_heads, NULL},
+    {"alibi", 0, 0, NULL, NULL, alibi_head_slopes},
 };
 
 const model_position_kind *model_position_kind_find(const char *name) {

@@ -246,7 +246,7 @@ static tiled_layer *tiled_begin(ag_ctx *ctx, const model_layer_arch *la, dt_tens
                                    dt_f32(vp),
                                    dt_f32(k),
                                    dt_f32(v),
-                                   NULL,
+                                   la->score_slopes, /* ALiBi [H], or NULL */
                                    ag_scratch(ctx, (size_t)(B * T * H) * sizeof(float)),
                                    ag_scratch(ctx, (size_t)(B * T * H) * sizeof(float)),
                                    ag_scratch(ctx, (size_t)(B * T * Q) * sizeof(float)),
@@ -373,7 +373,7 @@ dt_tensor *model_recurrent_layer(ag_ctx *ctx, const model *m, int64_t l, dt_tens
     for (int64_t t = 0; t < T; t++) {
         dt_tensor *att = tiled ? tiled_finish(ctx, tiled, q, k, v, t)
                                : model_recurrent_attention(ctx, la, q, k, v, state->k_persist, state->v_persist, t,
-                                                           t + 1, NULL);                     // [B,1,H*hd]
+                                                           t + 1, la->score_slopes);         // [B,1,H*hd]
         dt_tensor *y = ag_linear_residual(ctx, take_row(ctx, x, t), att, w->wo, w->wo_bias); // [B,1,C]
         model_primary_state row = {0};
         model_ffn_balance dropped = {NULL, 0, dropped_fractions, NULL};

@@ -447,19 +447,30 @@ static dt_tensor *build_attention(ag_ctx *g, void *u) {
     op_case *c = u;
     return ag_attention(g, c->t[0], c->t[1], c->t[2], c->i[0], c->i[1]);
 }
+/* With ALiBi's score bias (SPEC §6.4), slopes c->f[0..H-1]. */
+static dt_tensor *build_attention_biased(ag_ctx *g, void *u) {
+    op_case *c = u;
+    return ag_attention_biased(g, c->t[0], c->t[1], c->t[2], c->i[0], c->i[1], c->f);
+}
 
-/* The attention gradient check of one head layout; returns the worst error. */
-static double check_attention(const char *what, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
-                              uint64_t seed) {
+/* The attention gradient check of one head layout (with slopes [H <= 4]: the
+ * biased op); returns the worst error. */
+static double check_attention_slopes(const char *what, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
+                                     uint64_t seed, const float *slopes) {
     op_case c = {0};
+    if (slopes) memcpy(c.f, slopes, (size_t)H * sizeof(float));
     c.t[0] = param(seed, 1.0f, DT_SHAPE(B, T, H * hd));
     c.t[1] = param(seed + 1, 1.0f, DT_SHAPE(B, T, Hkv * hd));
     c.t[2] = param(seed + 2, 1.0f, DT_SHAPE(B, T, Hkv * hd));
     c.i[0] = H;
     c.i[1] = Hkv;
-    double error = check_all(what, build_attention, &c);
+    double error = check_all(what, slopes ? build_attention_biased : build_attention, &c);
     free_case(&c);
     return error;
+}
+static double check_attention(const char *what, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
+                              uint64_t seed) {
+    return check_attention_slopes(what, B, T, H, Hkv, hd, seed, NULL);
 }
 
 Test(grad, attention_gqa_mha_mqa) {
@@ -486,6 +497,39 @@ Test(grad, attention_longer_than_one_tile) {
     double error = gradcheck_ex(&ctx, build_attention, &c, c.t, 3, &options, NULL, report, sizeof report);
     cr_assert(error < TOL, "attention T=70: %s", report);
     free_case(&c);
+}
+
+/* ALiBi's score bias (SPEC §6.4): the bias is a constant, so the gradients
+ * are the unbiased formulas at the biased probabilities; steep slopes make
+ * the bias dominate some scores. The cross form (the decode branch's: q from
+ * x2, k and v from x1) goes through projections. */
+static dt_tensor *build_cross_attention_biased(ag_ctx *g, void *u) {
+    op_case *c = u;
+    dt_tensor *q = ag_linear(g, c->t[4], c->t[1], NULL);
+    dt_tensor *k = ag_linear(g, c->t[0], c->t[2], NULL);
+    dt_tensor *v = ag_linear(g, c->t[0], c->t[3], NULL);
+    return ag_attention_biased(g, q, k, v, c->i[0], c->i[1], c->f);
+}
+
+Test(grad, attention_alibi_bias) {
+    const float slopes[4] = {1.5f, 0.5f, 0.25f, 2.0f / 16.0f}; /* query heads 0-3, two per kv head */
+    cr_assert(check_attention_slopes("attention alibi GQA", 2, 7, 4, 2, 6, 90, slopes) < TOL,
+              "%s: see the logged report", "attention alibi GQA");
+    cr_assert(check_attention_slopes("attention alibi MQA", 1, 9, 3, 1, 5, 93, slopes) < TOL,
+              "%s: see the logged report", "attention alibi MQA");
+    op_case x = {0};
+    memcpy(x.f, slopes, sizeof slopes);
+    x.t[0] = param(96, 1.0f, DT_SHAPE(2, 5, 8));
+    x.t[1] = param(97, 0.4f, DT_SHAPE(4 * 2, 8));
+    x.t[2] = param(98, 0.4f, DT_SHAPE(2 * 2, 8));
+    x.t[3] = param(99, 0.4f, DT_SHAPE(2 * 2, 8));
+    x.t[4] = param(100, 1.0f, DT_SHAPE(2, 5, 8));
+    x.i[0] = 4;
+    x.i[1] = 2;
+    int cross_inputs[] = {0, 1, 2, 3, 4};
+    cr_assert(check_inputs("cross attention alibi", build_cross_attention_biased, &x, cross_inputs, 5, EPS, TOL) < TOL,
+              "%s: see the logged report", "cross attention alibi");
+    free_case(&x);
 }
 
 /* The self form as a model uses it: q, k, v projected from one x, RoPE on q and k. */

@@ -191,6 +191,27 @@ Test(decode_tf, llama_layer_heads_gqa_branch) {
     check_against_teacher_forced(LLAMA "layer_heads=2,8 branch=decode " ALPHA_FREE, 47);
 }
 
+/* SPEC §6.4 ALiBi: no pos_emb, no RoPE, the score bias in the prefill's tiled
+ * attention and in the decode kernel (team items and the kernel's own
+ * threads); the branch's query gets its head's bias over the primary's keys. */
+Test(decode_tf, nanogpt_alibi_baseline) { check_against_teacher_forced(NANOGPT "alibi=1 branch=none", 61); }
+Test(decode_tf, nanogpt_alibi_branch) { check_against_teacher_forced(NANOGPT "alibi=1 branch=decode " ALPHA_FREE, 62); }
+Test(decode_tf, llama_alibi_gqa_branch) { check_against_teacher_forced(LLAMA "alibi=1 branch=decode " ALPHA_FREE, 63); }
+Test(decode_tf, llama_alibi_layer_heads_share_off) {
+    check_against_teacher_forced(LLAMA "alibi=1 layer_heads=2,8 branch=decode share=off " ALPHA_FREE, 64);
+}
+Test(decode_tf, nanogpt_alibi_layer_heads_branch) {
+    check_against_teacher_forced(NANOGPT "alibi=1 layer_heads=1,4 branch=decode " ALPHA_FREE, 65);
+}
+Test(decode_tf, moe_alibi_replay) {
+    check_against_teacher_forced(MOE "alibi=1 branch=decode top_k=2 top_k_branch=1 " ALPHA_FREE, 66);
+}
+Test(decode_tf, llama_alibi_blis_path) {
+    engine_matvec = EVAL_MATVEC_BLIS; /* the decode kernel's own threads, not the team's items */
+    check_against_teacher_forced(LLAMA "alibi=1 branch=decode " ALPHA_FREE, 67);
+    engine_matvec = EVAL_MATVEC_OWN;
+}
+
 /* SPEC §6.3 attention residuals (eval_test_model draws the route queries
  * too, so the routes are not the uniform mean they start as). */
 Test(decode_tf, nanogpt_attnres_full_branch) {
@@ -235,6 +256,12 @@ Test(decode_tf, moe_recurrent_replay) {
 }
 Test(decode_tf, moe_recurrent_share_off_own) {
     check_against_teacher_forced(MOE "recurrent=1 branch=decode share=off branch_routing=own top_k=2 " ALPHA_FREE, 65);
+}
+
+/* both §6.4 options: the slopes reach the recurrent kernels (the temporary pair at s = t has bias 0) */
+Test(decode_tf, recurrent_alibi) {
+    check_against_teacher_forced(LLAMA "recurrent=1 alibi=1 layer_heads=2,8 branch=decode " ALPHA_FREE, 68);
+    check_against_teacher_forced(NANOGPT "recurrent=1 alibi=1 branch=none", 69);
 }
 
 Test(decode_tf, llama_recurrent_triplu_branch) {
@@ -348,6 +375,11 @@ Test(decode_reference, loop_heldout) {
 }
 Test(decode_reference, llama_recurrent) { check_reference("options/11_llama_recurrent.h5"); }
 Test(decode_reference, nanogpt_recurrent_branch) { check_reference("options/17_nanogpt_recurrent_branch.h5"); }
+Test(decode_reference, llama_alibi_branch) { check_reference("options/14_llama_alibi_branch.h5"); }
+Test(decode_reference, nanogpt_alibi_prism) { check_reference("options_heldout/nanogpt_alibi_prism.h5"); }
+Test(decode_reference, llama_recurrent_alibi_triplu_branch) {
+    check_reference("options_heldout/llama_recurrent_alibi_triplu_branch.h5");
+}
 
 /* ---- what grouping saves ------------------------------------------------- */
 
@@ -417,6 +449,8 @@ Test(decode_traffic, counters_equal_the_cost_model) {
         NANOGPT "recurrent=1 branch=decode",
         LLAMA "recurrent=1 layer_heads=2,8 branch=decode share=off",
         MOE "recurrent=1 top_k=2 top_k_branch=1 branch=decode",
+        NANOGPT "alibi=1 branch=decode", /* no pos_emb row to read */
+        MOE "alibi=1 layer_heads=2,4 top_k=2 branch=decode",
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_cost_model(specs[i], 70 + i);

@@ -627,6 +627,9 @@ Test(export, configs_a_format_cannot_express_are_refused_with_the_reason) {
         {FAMILY_LLAMA, "norm_eps=1e-6", EXPORT_LLAMA2C, "norm_eps"},
         {FAMILY_LLAMA, "n_loop=2", EXPORT_HF, "n_loop"},
         {FAMILY_NANOGPT, "n_loop=3 disco=1", EXPORT_GGUF, "n_loop"},
+        {FAMILY_LLAMA, "alibi=1", EXPORT_HF, "alibi = 1"}, /* SPEC §6.4: would load as a RoPE model */
+        {FAMILY_NANOGPT, "alibi=1", EXPORT_GGUF, "alibi = 1"},
+        {FAMILY_LLAMA, "alibi=1", EXPORT_LLAMA2C, "alibi = 1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model m;

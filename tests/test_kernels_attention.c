@@ -60,6 +60,15 @@ static void assert_close(const char *what, const float *got, const double *want,
     }
 }
 
+/* ALiBi slopes [H] for the naive references and the kernels run below (NULL:
+ * no bias); the bias tests set it and put it back. */
+static const float *test_slopes = NULL;
+
+/* -(t - j) * slope of head h, in double (0 without slopes). */
+static double naive_bias(int64_t h, int64_t t, int64_t j) {
+    return test_slopes ? -(double)(t - j) * (double)test_slopes[h] : 0.0;
+}
+
 /* Naive causal GQA attention in double: out [B,T,H*hd], lse [B,H,T]. */
 static void naive_forward(double *out, double *lse, const float *q, const float *k, const float *v, shape s) {
     const int64_t group = s.H / s.Hkv, qs = s.H * s.hd, kvs = s.Hkv * s.hd;
@@ -75,7 +84,7 @@ static void naive_forward(double *out, double *lse, const float *q, const float 
                     double dot = 0.0;
                     for (int64_t d = 0; d < s.hd; d++)
                         dot += (double)qr[d] * kr[d];
-                    scores[j] = dot * scale;
+                    scores[j] = dot * scale + naive_bias(h, t, j);
                     max = fmax(max, scores[j]);
                 }
                 double sum = 0.0;
@@ -114,7 +123,7 @@ static void naive_backward(double *dq, double *dk, double *dv, const float *d_ou
                     double dot = 0.0;
                     for (int64_t d = 0; d < s.hd; d++)
                         dot += (double)q[qo + d] * k[ko + d];
-                    p[j] = dot * scale;
+                    p[j] = dot * scale + naive_bias(h, t, j);
                     max = fmax(max, p[j]);
                 }
                 double sum = 0.0;
@@ -152,13 +161,20 @@ typedef struct {
 static kernel_result run_kernels(const float *q, const float *k, const float *v, const float *d_out, shape s,
                                  int want_dq, int want_dk, int want_dv) {
     kernel_result r = {alloc_floats(q_size(s)), alloc_floats(lse_size(s)), NULL, NULL, NULL};
-    k_attention_forward(r.out, r.lse, q, k, v, s.B, s.T, s.H, s.Hkv, s.hd);
+    if (test_slopes)
+        k_attention_forward_biased(r.out, r.lse, q, k, v, s.B, s.T, s.H, s.Hkv, s.hd, test_slopes);
+    else
+        k_attention_forward(r.out, r.lse, q, k, v, s.B, s.T, s.H, s.Hkv, s.hd);
     if (!d_out) return r;
     if (want_dq) r.dq = calloc((size_t)q_size(s), sizeof(float));
     if (want_dk) r.dk = calloc((size_t)kv_size(s), sizeof(float));
     if (want_dv) r.dv = calloc((size_t)kv_size(s), sizeof(float));
     float *scratch = alloc_floats(k_attention_backward_scratch(s.B, s.T, s.H, s.Hkv, s.hd));
-    k_attention_backward(r.dq, r.dk, r.dv, d_out, q, k, v, r.out, r.lse, s.B, s.T, s.H, s.Hkv, s.hd, scratch);
+    if (test_slopes)
+        k_attention_backward_biased(r.dq, 1, r.dk, 1, r.dv, 1, d_out, q, k, v, r.out, r.lse, s.B, s.T, s.H, s.Hkv, s.hd,
+                                    test_slopes, scratch);
+    else
+        k_attention_backward(r.dq, r.dk, r.dv, d_out, q, k, v, r.out, r.lse, s.B, s.T, s.H, s.Hkv, s.hd, scratch);
     free(scratch);
     return r;
 }
@@ -445,6 +461,15 @@ Test(attention, backward_null_gradients) {
 /* Large enough that both kernels run their parallel regions. */
 static const shape parallel_shape = {2, 150, 4, 2, 32};
 
+/* Every output of two kernel runs, bit for bit. */
+static void assert_same_bits(const kernel_result *a, const kernel_result *b, shape s) {
+    cr_assert(!memcmp(a->out, b->out, (size_t)q_size(s) * sizeof(float)));
+    cr_assert(!memcmp(a->lse, b->lse, (size_t)lse_size(s) * sizeof(float)));
+    cr_assert(!memcmp(a->dq, b->dq, (size_t)q_size(s) * sizeof(float)));
+    cr_assert(!memcmp(a->dk, b->dk, (size_t)kv_size(s) * sizeof(float)));
+    cr_assert(!memcmp(a->dv, b->dv, (size_t)kv_size(s) * sizeof(float)));
+}
+
 Test(attention, deterministic_bit_identical) {
     shape s = parallel_shape;
     dt_rng rng;
@@ -456,11 +481,7 @@ Test(attention, deterministic_bit_identical) {
     omp_set_num_threads(2);
     kernel_result a = run_kernels(q, k, v, d_out, s, 1, 1, 1);
     kernel_result b = run_kernels(q, k, v, d_out, s, 1, 1, 1);
-    cr_assert(!memcmp(a.out, b.out, (size_t)q_size(s) * sizeof(float)));
-    cr_assert(!memcmp(a.lse, b.lse, (size_t)lse_size(s) * sizeof(float)));
-    cr_assert(!memcmp(a.dq, b.dq, (size_t)q_size(s) * sizeof(float)));
-    cr_assert(!memcmp(a.dk, b.dk, (size_t)kv_size(s) * sizeof(float)));
-    cr_assert(!memcmp(a.dv, b.dv, (size_t)kv_size(s) * sizeof(float)));
+    assert_same_bits(&a, &b, s);
     free_result(&a);
     free_result(&b);
     free(q), free(k), free(v), free(d_out);
@@ -522,7 +543,10 @@ static void check_decode(shape s, int64_t n_rows, uint64_t seed) {
         for (int64_t row = 0; row < n_rows; row++)
             memcpy(q_step + row * width, q_rows[row] + pos * width, (size_t)width * sizeof(float));
         float *scratch = alloc_floats(n_rows * s.H * (pos + 1)); /* exactly the documented size */
-        k_attention_decode(out_step, q_step, k, v, n_rows, pos, s.H, s.Hkv, s.hd, scratch);
+        if (test_slopes)
+            k_attention_decode_biased(out_step, q_step, k, v, n_rows, pos, s.H, s.Hkv, s.hd, test_slopes, scratch);
+        else
+            k_attention_decode(out_step, q_step, k, v, n_rows, pos, s.H, s.Hkv, s.hd, scratch);
         free(scratch);
         for (int64_t row = 0; row < n_rows; row++)
             assert_close("decode", out_step + row * width, want[row] + pos * width, width, 2e-5, 1.0, s);
@@ -550,6 +574,68 @@ Test(attention, decode_two_rows_matches_forward) {
     }
     /* large enough for the parallel path over kv heads */
     check_decode((shape){1, 210, 8, 4, 64}, 2, 950);
+}
+
+/* ----------------------------------------------------- ALiBi score bias */
+
+/* SPEC §6.4's slopes 2^(-8(h+1)/H), written out here, or steep ones (up to 2
+ * per position: the bias dominates the scores and the far keys underflow). */
+static void fill_slopes(float *slopes, int64_t H, int steep) {
+    for (int64_t h = 0; h < H; h++)
+        slopes[h] = steep ? 2.0f / (float)(h + 1) : (float)pow(2.0, -8.0 * (double)(h + 1) / (double)H);
+}
+
+/* The biased forward and backward against the naive ones with the same bias:
+ * lengths across 1-3 tiles, GQA groups (a query head's own slope, not its kv
+ * head's), head widths off the vector width. */
+Test(attention, bias_forward_backward_match_naive_double) {
+    const shape shapes[] = {{1, 7, 4, 2, 8},    {2, 70, 6, 1, 16}, {1, 150, 4, 2, 24},
+                            {1, 130, 2, 2, 64}, {1, 1, 2, 1, 8},   {2, 64, 3, 3, 32}};
+    uint64_t seed = 1000;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int steep = 0; steep < 2; steep++) {
+            float slopes[8];
+            fill_slopes(slopes, shapes[i].H, steep);
+            test_slopes = slopes;
+            check_forward(shapes[i], seed++);
+            check_backward(shapes[i], seed++);
+            test_slopes = NULL;
+        }
+}
+
+/* The decode kernel with the bias, one row and the grouped two rows, against
+ * the naive forward and the tiled biased forward at every position. */
+Test(attention, bias_decode_matches_forward) {
+    float slopes[8];
+    fill_slopes(slopes, 4, 0);
+    test_slopes = slopes;
+    check_decode((shape){1, 70, 4, 2, 16}, 2, 1100);
+    check_decode((shape){1, 20, 4, 4, 24}, 1, 1101);
+    fill_slopes(slopes, 8, 1);
+    check_decode((shape){1, 210, 8, 4, 64}, 2, 1102); /* the parallel path over kv heads */
+    test_slopes = NULL;
+}
+
+/* Zero slopes are no bias: the same bits as the unbiased kernels (x + 0 = x;
+ * the biased exponential differs only below 2^-125.5, which scores of a few
+ * units never reach), so the bias pass adds exactly its term. */
+Test(attention, bias_zero_slopes_equal_unbiased) {
+    shape s = {2, 100, 4, 2, 16};
+    dt_rng rng;
+    dt_rng_seed(&rng, 1200);
+    float *q = random_floats(&rng, q_size(s), 1.0f);
+    float *k = random_floats(&rng, kv_size(s), 1.0f);
+    float *v = random_floats(&rng, kv_size(s), 1.0f);
+    float *d_out = random_floats(&rng, q_size(s), 1.0f);
+    kernel_result plain = run_kernels(q, k, v, d_out, s, 1, 1, 1);
+    const float zeros[4] = {0};
+    test_slopes = zeros;
+    kernel_result zero = run_kernels(q, k, v, d_out, s, 1, 1, 1);
+    test_slopes = NULL;
+    assert_same_bits(&plain, &zero, s);
+    free_result(&plain);
+    free_result(&zero);
+    free(q), free(k), free(v), free(d_out);
 }
 
 /* ------------------------------------------------------------- limits */

@@ -817,7 +817,6 @@ Test(config, spec6_defaults_are_the_spec_table) {
 Test(config, spec6_options_are_refused_until_implemented) {
     const char *cases[][3] = {
         /* pairs, a word the message must hold */
-        {"alibi=1", "alibi", "not implemented"},
         {"feedback=1", "feedback", "not implemented"},
         /* SPEC §6.6: the disco_* keys only qualify disco = 1; a learned gate starts at logit(disco_alpha) */
         {"disco_tau=2", "disco_tau", "disco = 1"},
@@ -885,6 +884,47 @@ Test(config, spec6_implemented_options_validate) {
     }
 }
 
+/* SPEC §6.4 ALiBi combines with everything and replaces RoPE (so odd head
+ * widths are allowed: 64 heads of width 1); the model description then holds
+ * the alibi scheme and each layer's slopes 2^(-8(h+1)/H_l), H_l its own heads. */
+Test(config, alibi_validates_with_everything) {
+    const char *cases[] = {"alibi=1",
+                           "family=nanogpt alibi=1 layer_heads=1,2,4,8 branch=decode",
+                           "alibi=1 n_head=64 n_kv_head=16",
+                           "alibi=1 layer_heads=4,64,4,4 attn_res=full",
+                           "family=moe n_expert=4 top_k=2 alibi=1 ffn=triplu ffn_prod_norm=1 branch=decode",
+                           "alibi=1 attn_res=block attn_res_blocks=2 branch=decode share=off"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_config c = model_config_default(FAMILY_LLAMA);
+        apply_pairs(&c, "d_model=64 n_head=4 n_kv_head=4 n_layer=4");
+        apply_pairs(&c, cases[i]);
+        cr_assert_eq(model_config_validate(&c), DT_OK, "'%s': %s", cases[i], dt_error_message());
+        model_arch a;
+        cr_assert_eq(model_arch_build(&a, &c), DT_OK, "%s", dt_error_message());
+        cr_assert_str_eq(a.position->name, "alibi");
+        cr_assert(!a.position->learned_table && !a.position->rotary, "'%s': pos_emb or RoPE kept", cases[i]);
+        for (int64_t l = 0; l < a.L; l++) {
+            const int64_t H = a.layers[l].n_head;
+            cr_assert_not_null(a.layers[l].score_slopes);
+            for (int64_t h = 0; h < H; h++)
+                cr_assert_float_eq(a.layers[l].score_slopes[h], powf(2.0f, -8.0f * (float)(h + 1) / (float)H), 1e-7f,
+                                   "'%s' layer %lld head %lld", cases[i], (long long)l, (long long)h);
+        }
+        model_arch_free(&a);
+    }
+    /* without it, RoPE's even widths still bind, and no slopes exist */
+    model_config c = model_config_default(FAMILY_LLAMA);
+    apply_pairs(&c, "d_model=64 n_head=64 n_kv_head=16 n_layer=4");
+    cr_assert_eq(model_config_validate(&c), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "even for RoPE"), "%s", dt_error_message());
+    c = model_config_default(FAMILY_LLAMA);
+    cr_assert_eq(model_config_validate(&c), DT_OK, "%s", dt_error_message());
+    model_arch a;
+    cr_assert_eq(model_arch_build(&a, &c), DT_OK, "%s", dt_error_message());
+    cr_assert_null(a.layers[0].score_slopes);
+    model_arch_free(&a);
+}
+
 Test(config, every_key_has_a_description_with_its_range) {
     char text[256];
     for (int i = 0; i < model_config_key_count(); i++) {
@@ -900,8 +940,9 @@ Test(config, every_key_has_a_description_with_its_range) {
     cr_assert_eq(model_config_key_required(model_config_find_key("ffn")), 0);
 }
 
-/* A model file that asks for a SPEC §6 option (here ALiBi, which adds no
- * parameter) used to load as the plain model; it is refused naming the key. */
+/* A model file that asks for a SPEC §6 option not implemented yet (here
+ * latent feedback) used to load as the plain model; it is refused naming
+ * the key. */
 Test(config, model_files_with_pending_options_are_refused) {
     model_config c = model_config_default(FAMILY_LLAMA);
     apply_pairs(&c, "vocab_size=32 block_size=8 n_layer=1 n_head=2 d_model=8");
@@ -909,18 +950,18 @@ Test(config, model_files_with_pending_options_are_refused) {
     model m;
     cr_assert_eq(model_create(&m, &c), DT_OK, "%s", dt_error_message());
     char path[96];
-    snprintf(path, sizeof path, "/tmp/dbranch_config_alibi_%d.h5", (int)getpid());
+    snprintf(path, sizeof path, "/tmp/dbranch_config_feedback_%d.h5", (int)getpid());
     cr_assert_eq(model_save(&m, path), DT_OK, "%s", dt_error_message());
     model_free(&m);
     hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     hid_t group = H5Gopen2(file, "config", H5P_DEFAULT);
     cr_assert(file >= 0 && group >= 0);
-    cr_assert_eq(h5_write_attr_int(group, "alibi", 1), DT_OK);
+    cr_assert_eq(h5_write_attr_int(group, "feedback", 1), DT_OK);
     H5Gclose(group);
     H5Fclose(file);
     model_config loaded;
-    cr_assert_eq(model_load_config(&loaded, path), DT_ERR, "alibi = 1 loaded as a model without ALiBi");
-    cr_assert(strstr(dt_error_message(), "alibi = 1") && strstr(dt_error_message(), "not implemented"), "%s",
+    cr_assert_eq(model_load_config(&loaded, path), DT_ERR, "feedback = 1 loaded as a model without feedback");
+    cr_assert(strstr(dt_error_message(), "feedback = 1") && strstr(dt_error_message(), "not implemented"), "%s",
               dt_error_message());
     unlink(path);
 

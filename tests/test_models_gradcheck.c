@@ -353,6 +353,26 @@ Test(gradcheck, recurrent) {
     check_gradients("nanogpt recurrent detach_primary", &c, OBJECTIVE_PRIMARY_FROZEN, branch_or_head, 43);
 }
 
+/* SPEC §6.4 ALiBi: the score bias inside the taped attention (primary and the
+ * branch's cross form), with per-layer heads and GQA, and MoE. */
+Test(gradcheck, alibi) {
+    model_config c = tiny_config(FAMILY_NANOGPT, 1);
+    c.alibi = 1;
+    c.mix_alpha_min = 0.0;
+    cr_assert_gt(check_gradients("nanogpt alibi branch", &c, OBJECTIVE_MODEL_LOSS, every_param, 41), 0);
+    c = tiny_config(FAMILY_LLAMA, 1);
+    c.alibi = 1;
+    c.n_kv_head = 1;
+    snprintf(c.layer_heads, sizeof c.layer_heads, "4,2");
+    c.mix_alpha_min = 0.0;
+    cr_assert_gt(check_gradients("llama alibi layer_heads 4,2 gqa branch", &c, OBJECTIVE_MODEL_LOSS, every_param, 42),
+                 0);
+    c = tiny_config(FAMILY_MOE, 1);
+    c.alibi = 1;
+    c.mix_alpha_min = 0.0;
+    cr_assert_gt(check_gradients("moe alibi branch", &c, OBJECTIVE_MODEL_LOSS, every_param, 43), 0);
+}
+
 Test(gradcheck, alpha_detach) {
     model_config c = tiny_config(FAMILY_LLAMA, 1);
     c.mix_alpha_min = 0.0;

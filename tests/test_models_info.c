@@ -57,7 +57,9 @@ Test(info, counts_match_the_registry) {
                               /* SPEC §6.3 attention residuals */
                               "attn_res=full branch=decode", "attn_res=block attn_res_blocks=3 attn_res_heads=4",
                               /* SPEC §6.6 looped stack and DiscoLoop */
-                              "n_loop=3", "n_loop=2 disco=1", "n_loop=2 disco=1 disco_gate=learned"};
+                              "n_loop=3", "n_loop=2 disco=1", "n_loop=2 disco=1 disco_gate=learned",
+                              /* SPEC §6.4 ALiBi (no pos_emb for nanogpt) */
+                              "alibi=1 branch=decode", "alibi=1 layer_heads=2,4,8 branch=decode share=off"};
     for (int f = 0; f < 3; f++) {
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             model_config c = config_of(families[f], variants[v]);
@@ -245,6 +247,28 @@ Test(info, recurrent_reads_norm1_and_kv_twice) {
     cr_expect_eq(b.decode_flops_baseline, a.decode_flops_baseline + 2.0 * 3 * 2 * 16 * 16);
     cr_expect_eq(b.params_total, a.params_total, "no new parameters");
     cr_expect_eq(b.kv_bytes_baseline, a.kv_bytes_baseline, "the cache holds one pair per position, as before");
+}
+
+/* ALiBi (SPEC §6.4) replaces nanogpt's pos_emb: T_max * C = 12 * 16 fewer
+ * parameters, one C-row fewer read per decode step (each row of grouped
+ * decode), the same FLOPs (the bias is not a matrix product). */
+Test(info, nanogpt_alibi_drops_the_position_table) {
+    model_config plain = config_of(FAMILY_NANOGPT, "branch=decode"),
+                 alibi = config_of(FAMILY_NANOGPT, "branch=decode alibi=1");
+    model_info a, b;
+    cr_assert_eq(model_info_compute(&plain, 0, &a), DT_OK);
+    cr_assert_eq(model_info_compute(&alibi, 0, &b), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(a.params_total - b.params_total, 12 * 16);
+    cr_assert_eq(a.params_primary - b.params_primary, 12 * 16);
+    cr_assert_eq(a.weight_bytes_baseline - b.weight_bytes_baseline, 4 * 16);
+    cr_assert_eq(a.weight_bytes_grouped - b.weight_bytes_grouped, 4 * 16, "the two rows share one pos_emb row");
+    cr_assert_eq(a.decode_flops_baseline, b.decode_flops_baseline);
+    model m;
+    cr_assert_eq(model_create(&m, &alibi), DT_OK, "%s", dt_error_message());
+    cr_assert_null(m.pos_emb);
+    for (int i = 0; i < m.n_params; i++)
+        cr_assert(strcmp(m.params[i].name, "pos_emb.weight"), "pos_emb in an ALiBi model");
+    model_free(&m);
 }
 
 Test(info, moe_grouped_decode_loads_the_union_of_experts) {
