@@ -1,7 +1,9 @@
 /* dbranch eval: validation loss of a model on a dataset (eval/eval_loss.h).
  * Teacher-forced by default; with --prompt-len P the decode engine prefills P
  * tokens of each window and steps through the rest (--method tf scores the
- * same positions teacher-forced, for comparison). */
+ * same positions teacher-forced, for comparison). Under mpirun (a build
+ * with -DDBRANCH_MPI=ON) the processes share the windows and rank 0 alone
+ * prints; the figures are the one-process figures to the bit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,10 @@ static void usage(FILE *out) {
                  "the mixture NLL for a Decode-Branch model (loss), the primary and branch cross-entropies,\n"
                  "the mean alpha and bits per byte. --seq-len defaults to the model's block_size.\n"
                  "--prompt-len P: score positions P-1.. only, through the decode engine (prefill P tokens,\n"
-                 "then one step per token) unless --method tf.\n");
+                 "then one step per token) unless --method tf.\n"
+                 "Several processes: `mpirun -n N --bind-to none -x OMP_NUM_THREADS dbranch eval ...` (a build with\n"
+                 "-DDBRANCH_MPI=ON): window w is scored by process w %% N, rank 0 prints the same figures as one\n"
+                 "process would, to the bit.\n");
 }
 
 /* 1 when text is an integer in [min, max] (cli/args.c prints nothing: the caller's line names option and value). */
@@ -116,16 +121,22 @@ int cmd_eval(int argc, char **argv) {
     }
     if (threads > 0) k_set_threads((int)threads);
 
+    const dt_comm *comm = NULL;
+    /* Sums of per-window figures with one nonzero term each: exact in either mode. */
+    if (cli_join_job(DT_COMM_REDUCE_ORDERED, &comm) != DT_OK) return cli_fail("eval");
+    options.comm = comm;
     model m;
     data_tokens data;
-    if (model_load(&m, model_path) != DT_OK) return cli_fail("eval");
-    if (data_tokens_open(&data, data_path) != DT_OK) {
-        model_free(&m);
-        return cli_fail("eval");
+    dt_status status = model_load(&m, model_path);
+    if (status == DT_OK && (status = data_tokens_open(&data, data_path)) != DT_OK) model_free(&m);
+    if (status != DT_OK) {
+        const int code = cli_fail_job("eval", comm);
+        cli_leave_job(comm);
+        return code;
     }
     eval_loss_result r;
-    dt_status status = eval_loss_run(&m, &data, &options, &r);
-    if (status == DT_OK) {
+    status = eval_loss_run(&m, &data, &options, &r);
+    if (status == DT_OK && (!comm || comm->rank == 0)) {
         const char *split = options.split == SPLIT_VAL ? "val" : "train";
         const char *how =
             options.method == EVAL_TEACHER_FORCED ? "teacher-forced" : eval_decode_mode_name(options.decode_mode);
@@ -151,5 +162,7 @@ int cmd_eval(int argc, char **argv) {
     }
     data_tokens_close(&data);
     model_free(&m);
-    return status == DT_OK ? 0 : cli_fail("eval");
+    const int code = status == DT_OK ? 0 : cli_fail_job("eval", comm);
+    cli_leave_job(comm);
+    return code;
 }
