@@ -61,6 +61,8 @@ int dt_comm_mpi_launched(void);
  * back as messages (MPI_ERRORS_RETURN), not aborts. */
 dt_status dt_comm_mpi_init(int *argc, char ***argv, dt_comm_reduce reduce, const dt_comm **comm);
 void dt_comm_mpi_finalize(void);
+/* Switches how later sums are made (bench allreduce times both modes). */
+void dt_comm_mpi_set_reduce(dt_comm_reduce reduce);
 /* Takes the whole job down (MPI_Abort): for a rank that fails while the
  * others wait in a collective call. */
 void dt_comm_mpi_abort(int code);
