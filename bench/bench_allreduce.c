@@ -23,11 +23,13 @@
 
 enum { MAX_SIZES = 16 };
 
+#ifdef DBRANCH_MPI
 static double cpu_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+#endif
 
 static void usage(FILE *out) {
     fprintf(out, "usage: mpirun -n N dbranch bench allreduce [--mb LIST] [--reps R] [--json]\n\n"
