@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The MPI job through the command line (issue 15), two checks:
+# The MPI job through the command line (issue 15), three checks:
 #  1. `mpirun -n 2 dbranch eval --json` prints one line (rank 0 alone), the
 #     same bytes as one process (the windows split over the ranks, reduced
 #     in window order);
@@ -8,7 +8,8 @@
 #     SIGSTOP on each rank), rank 1 is killed with SIGKILL and rank 0
 #     continued into the next step's gradient sum, where it would wait
 #     forever for rank 1. The job must end within a minute, non-zero, with a
-#     message naming the dead rank (mpirun's), not hang.
+#     message naming the dead rank (mpirun's), not hang;
+#  3. `bench train` and `bench allreduce` under mpirun -n 2 print one report.
 # usage: test_mpi_cli.sh DBRANCH MPIRUN CORPUS_TEXT_FILE
 set -u
 dbranch=$1 mpirun=$2 corpus=$3
@@ -53,6 +54,16 @@ OMP_NUM_THREADS=1 timeout 120 "${mpi[@]}" "$dbranch" "${eval_args[@]}" >"$dir/ev
   fail "mpirun -n 2 dbranch eval failed: $(cat "$dir/eval2.err")"
 [ "$(wc -l <"$dir/eval2")" = 1 ] || fail "mpirun -n 2 dbranch eval printed $(wc -l <"$dir/eval2") lines, not 1"
 cmp -s "$dir/eval1" "$dir/eval2" || fail "2 processes print $(cat "$dir/eval2"), one prints $(cat "$dir/eval1")"
+
+# 3 (before 2, which ends a job on purpose). The benchmarks under mpirun: one report, from rank 0.
+OMP_NUM_THREADS=1 timeout 120 "${mpi[@]}" "$dbranch" bench train --steps 2 --warmup 0 --no-gemm-probe --threads 1 \
+  --json >"$dir/bench" 2>"$dir/bench.err" || fail "mpirun -n 2 dbranch bench train failed: $(cat "$dir/bench.err")"
+[ "$(grep -c '"bench": "train"' "$dir/bench")" = 1 ] && grep -q '"processes": 2, "reduce": "ordered"' "$dir/bench" ||
+  fail "bench train under mpirun -n 2: not one report of 2 processes: $(cat "$dir/bench")"
+timeout 120 "${mpi[@]}" "$dbranch" bench allreduce --mb 0.5,1 --reps 2 --json >"$dir/allreduce" 2>&1 ||
+  fail "mpirun -n 2 dbranch bench allreduce failed: $(cat "$dir/allreduce")"
+[ "$(grep -c '"ms_per_mb"' "$dir/allreduce")" = 4 ] ||
+  fail "bench allreduce: not 2 sizes x 2 modes: $(cat "$dir/allreduce")"
 
 # 2. a rank that dies.
 DBRANCH_TEST_PAUSE_AFTER_STEP=2 OMP_NUM_THREADS=1 timeout 120 "${mpi[@]}" "$dbranch" train --config "$dir/run.ini" >"$dir/stdout" 2>"$dir/stderr" &
