@@ -287,7 +287,7 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     t->ready |= READY_LOG;
     /* The log's first record (and OUT/provenance.json): what produced this run (train/provenance.h). */
     if (logs && train_provenance_record(c, t->config_text, t->options.resume_path, t->state.step, t->log.file,
-                                        t->log_path) != DT_OK)
+                                        t->log_path, t->comm->size) != DT_OK)
         goto fail;
     return DT_OK;
 fail : {

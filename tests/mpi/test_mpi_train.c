@@ -193,6 +193,16 @@ int main(int argc, char **argv) {
         CHECK(exists(path), "rank 0 wrote no checkpoint %s", path);
         snprintf(path, sizeof path, "%s/log.jsonl", job_dir);
         CHECK(exists(path), "rank 0 wrote no log %s", path);
+        snprintf(path, sizeof path, "%s/provenance.json", job_dir);
+        FILE *provenance = fopen(path, "r");
+        char record[16384] = "";
+        if (provenance) {
+            record[fread(record, 1, sizeof record - 1, provenance)] = '\0';
+            fclose(provenance);
+        }
+        CHECK(strstr(record, "\"processes\":2") &&
+                  strstr(record, fast ? "\"reduce\":\"fast\"" : "\"reduce\":\"ordered\""),
+              "%s names neither the 2 processes nor train.reduce: %s", path, record);
         const train_config alone_cfg = config(data, alone_dir, 2);
         run(&alone_cfg, dt_comm_single(), alone, &alone_eval, &alone_weights, &n_alone);
         for (int s = 0; s < STEPS; s++) {
