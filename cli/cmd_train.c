@@ -191,6 +191,9 @@ int cmd_train(int argc, char **argv) {
         exit_code = cli_fail_job("train", comm);
         goto done;
     }
+    /* Under mpirun stdout is a pseudo-terminal that Open MPI copies to mpirun's own stdout, often a file: periodic
+     * lines there, not a live line redrawn with \r. */
+    if (comm) t.log.progress_is_tty = 0;
     /* Printed once the run is set up, so a bad path or file is the only output. */
     if (speaks) print_resolved(&cfg, config_path);
     fflush(stdout);

@@ -9,7 +9,8 @@
 #     continued into the next step's gradient sum, where it would wait
 #     forever for rank 1. The job must end within a minute, non-zero, with a
 #     message naming the dead rank (mpirun's), not hang;
-#  3. `bench train` and `bench allreduce` under mpirun -n 2 print one report.
+#  3. `bench train` and `bench allreduce` under mpirun -n 2 print one report;
+#  and `mpirun -n 2 dbranch train > FILE` writes progress lines, not a live \r line.
 # usage: test_mpi_cli.sh DBRANCH MPIRUN CORPUS_TEXT_FILE
 set -u
 dbranch=$1 mpirun=$2 corpus=$3
@@ -54,6 +55,13 @@ OMP_NUM_THREADS=1 timeout 120 "${mpi[@]}" "$dbranch" "${eval_args[@]}" >"$dir/ev
   fail "mpirun -n 2 dbranch eval failed: $(cat "$dir/eval2.err")"
 [ "$(wc -l <"$dir/eval2")" = 1 ] || fail "mpirun -n 2 dbranch eval printed $(wc -l <"$dir/eval2") lines, not 1"
 cmp -s "$dir/eval1" "$dir/eval2" || fail "2 processes print $(cat "$dir/eval2"), one prints $(cat "$dir/eval1")"
+
+# 1b. train under mpirun into a file: periodic progress lines, no live line redrawn with \r (the ranks'
+# stdout is a pseudo-terminal Open MPI copies to mpirun's).
+OMP_NUM_THREADS=1 timeout 120 "${mpi[@]}" "$dbranch" train --config "$dir/run.ini" --tokens 64 --out "$dir/job" \
+  >"$dir/train" 2>"$dir/train.err" || fail "mpirun -n 2 dbranch train failed: $(cat "$dir/train.err")"
+! grep -q $'\r' "$dir/train" || fail "mpirun -n 2 dbranch train > FILE wrote a live progress line (\\r)"
+grep -q "^step 2/2 " "$dir/train" || fail "mpirun -n 2 dbranch train: no 'step 2/2' line: $(cat "$dir/train")"
 
 # 3 (before 2, which ends a job on purpose). The benchmarks under mpirun: one report, from rank 0.
 OMP_NUM_THREADS=1 timeout 120 "${mpi[@]}" "$dbranch" bench train --steps 2 --warmup 0 --no-gemm-probe --threads 1 \
