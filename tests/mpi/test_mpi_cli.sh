@@ -23,6 +23,14 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test_mpi_cli: $*" >&2; exit 1; }
+# The pids whose parent is $1, from /proc (no procps needed).
+children_of() {
+  local f fields
+  for f in /proc/[0-9]*/stat; do
+    read -r -a fields <"$f" 2>/dev/null || continue
+    [ "${fields[3]:-}" = "$1" ] && echo "${fields[0]}"
+  done
+}
 
 "$dbranch" prepare --input "$corpus" --out "$dir/data.h5" >/dev/null || fail "prepare failed"
 cat >"$dir/run.ini" <<INI
@@ -80,7 +88,7 @@ job=$!
 # The two ranks (mpirun's children on this machine), each stopped after step 2.
 for _ in $(seq 1 600); do
   rank0="" rank1="" stopped=0
-  for pid in $(pgrep -P "$job" 2>/dev/null; for p in $(pgrep -P "$job" 2>/dev/null); do pgrep -P "$p"; done); do
+  for pid in $(children_of "$job"; for p in $(children_of "$job"); do children_of "$p"; done); do
     rank=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
     state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
     [ "$rank" = 0 ] && rank0=$pid
