@@ -30,7 +30,15 @@
  * the norm outputs, q/k/v, attention output, projections, residuals, MLP
  * pre-activation and activation, plus norm statistics and per-head
  * log-sum-exps; the logits). Peak RSS (getrusage) also holds the binary and
- * its libraries, which the report prints separately. */
+ * its libraries, which the report prints separately.
+ *
+ * Under mpirun (a build with -DDBRANCH_MPI=ON) the step is the data-parallel
+ * one of `mpirun dbranch train`: each process draws the whole batch and
+ * trains on its batch_size / N rows, the update sums the gradients over the
+ * processes (train.reduce), tokens/s counts the global batch, and rank 0
+ * alone prints; the GEMM probe is off (N processes would share the cores
+ * with it). experiments/throughput/mpi.sh interleaves such runs with
+ * one-process runs; docs/MPI.md has the figures. */
 #include "bench/bench_train.h"
 #include "bench/timing.h"
 
@@ -46,6 +54,7 @@
 
 #include "autograd/tape.h"
 #include "bench/bench.h"
+#include "core/comm.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/tokens.h"
@@ -57,6 +66,9 @@
 #include "train/trainer.h"
 
 enum { MAX_SETS = 32 };
+
+/* The processes of this benchmark (NULL: one; under mpirun: the MPI job). */
+static const dt_comm *job = NULL;
 
 /* The two presets: the [model] and [train] sections of
  * experiments/configs/nanogpt_baby.ini and nanogpt_char.ini (the data path
@@ -264,6 +276,7 @@ typedef struct bench_run {
     optimizer opt;
     train_parallel parallel;     /* the step's forward+backward and update */
     dt_tensor *inputs, *targets; /* int32 [B, T] */
+    dt_tensor rank_inputs, rank_targets; /* views: this process's rows [B / N, T] */
     data_tokens tokens;
     data_loader loader;
     int has_data;
@@ -312,8 +325,9 @@ static dt_status run_init(bench_run *r, const char *label, const train_config *c
         model_free(&r->model);
         return DT_ERR;
     }
-    if (train_parallel_init(&r->parallel, &r->model, &r->opt, NULL, c->batch_size, c->seq_len, k_get_threads(),
-                            split_rows) != DT_OK) {
+    const int processes = job ? job->size : 1, rank = job ? job->rank : 0;
+    if (train_parallel_init(&r->parallel, &r->model, &r->opt, job, c->batch_size / processes, c->seq_len,
+                            k_get_threads(), split_rows) != DT_OK) {
         optim_free(&r->opt);
         model_free(&r->model);
         return DT_ERR;
@@ -327,6 +341,11 @@ static dt_status run_init(bench_run *r, const char *label, const train_config *c
     r->optim_s = calloc((size_t)steps, sizeof(double));
     r->region_s = calloc((size_t)steps, sizeof(double));
     r->forward_backward_cpu_s = calloc((size_t)steps, sizeof(double));
+    const int64_t rows = c->batch_size / processes, first = rank * rows * c->seq_len;
+    if (r->inputs && r->targets &&
+        (dt_tensor_init(&r->rank_inputs, DT_I32, DT_SHAPE(rows, c->seq_len), dt_i32(r->inputs) + first) != DT_OK ||
+         dt_tensor_init(&r->rank_targets, DT_I32, DT_SHAPE(rows, c->seq_len), dt_i32(r->targets) + first) != DT_OK))
+        return DT_ERR;
     if (!r->inputs || !r->targets || !r->step_s || !r->forward_s || !r->backward_s || !r->optim_s || !r->region_s ||
         !r->forward_backward_cpu_s)
         return dt_errorf("out of memory");
@@ -374,7 +393,8 @@ static dt_status run_step(bench_run *r, int64_t index, double *loss) {
         if (next_batch(r) != DT_OK) return DT_ERR;
         train_parallel_losses losses;
         const double region_start = bench_now_seconds();
-        if (train_parallel_forward_backward(&r->parallel, r->inputs, r->targets, &losses) != DT_OK) return DT_ERR;
+        if (train_parallel_forward_backward(&r->parallel, &r->rank_inputs, &r->rank_targets, &losses) != DT_OK)
+            return DT_ERR;
         region += bench_now_seconds() - region_start;
         forward += r->parallel.forward_seconds;
         backward += r->parallel.backward_seconds;
@@ -549,6 +569,21 @@ int bench_train_main(int argc, char **argv) {
     bench_options o;
     train_config cfg;
     if (parse_options(argc, argv, &o) != DT_OK || build_config(&o, &cfg) != DT_OK) return fail();
+#ifdef DBRANCH_MPI
+    if (dt_comm_mpi_launched()) {
+        if (dt_comm_mpi_init(NULL, NULL, cfg.reduce, &job) != DT_OK) return fail();
+        if (cfg.batch_size % job->size != 0) {
+            dt_errorf("train.batch_size = %lld does not split evenly over %d processes", (long long)cfg.batch_size,
+                      job->size);
+            fail();
+            dt_comm_mpi_finalize();
+            return 1;
+        }
+        o.gemm_probe = 0;
+        /* One voice for the job: the other ranks' reports would repeat rank 0's. */
+        if (job->rank != 0 && !freopen("/dev/null", "w", stdout)) return fail();
+    }
+#endif
     if (o.threads > 0) k_set_threads(o.threads);
     else if (cfg.threads > 0) k_set_threads((int)cfg.threads);
     const int threads = k_get_threads();
@@ -620,12 +655,12 @@ int bench_train_main(int argc, char **argv) {
     FILE *table = o.json ? stderr : stdout;
     const model_config *mc = &cfg.model;
     fprintf(table,
-            "bench train: %s V=%lld T=%lld B=%lld L=%lld H=%lld C=%lld%s, %s, %d threads, %lld timed steps after %lld "
-            "warm-up, %s, split by %s\n",
+            "bench train: %s V=%lld T=%lld B=%lld L=%lld H=%lld C=%lld%s, %s, %d processes (%s sums) x %d threads, "
+            "%lld timed steps after %lld warm-up, %s, split by %s\n",
             model_family_name(mc->family), (long long)mc->vocab_size, (long long)T, (long long)B,
             (long long)mc->n_layer, (long long)mc->n_head, (long long)C,
-            cfg.grad_accum > 1 ? " (with grad_accum)" : "", optim_kind_name(cfg.optimizer), threads,
-            (long long)o.steps, (long long)o.warmup, o.data_path ? o.data_path : "random tokens",
+            cfg.grad_accum > 1 ? " (with grad_accum)" : "", optim_kind_name(cfg.optimizer), job ? job->size : 1,
+            dt_comm_reduce_name(cfg.reduce), threads, (long long)o.steps, (long long)o.warmup, o.data_path ? o.data_path : "random tokens",
             runs[0].parallel.n_workers > 1 ? "rows" : "ops");
     if (o.gemm_probe)
         fprintf(table,
@@ -655,10 +690,10 @@ int bench_train_main(int argc, char **argv) {
     if (o.json) {
         printf("{\"bench\": \"train\", \"family\": \"%s\", \"vocab_size\": %lld, \"seq_len\": %lld, \"batch_size\": "
                "%lld, \"n_layer\": %lld, \"n_head\": %lld, \"d_model\": %lld, \"grad_accum\": %lld, \"threads\": %d, "
-               "\"steps\": %lld, \"warmup\": %lld,\n",
+               "\"processes\": %d, \"reduce\": \"%s\", \"steps\": %lld, \"warmup\": %lld,\n",
                model_family_name(mc->family), (long long)mc->vocab_size, (long long)T, (long long)B,
                (long long)mc->n_layer, (long long)mc->n_head, (long long)C, (long long)cfg.grad_accum, threads,
-               (long long)o.steps, (long long)o.warmup);
+               job ? job->size : 1, dt_comm_reduce_name(cfg.reduce), (long long)o.steps, (long long)o.warmup);
         printf(" \"gemm\": {\"M\": %lld, \"N\": %lld, \"K\": %lld, \"gflops\": %.3f},\n", (long long)probe.M,
                (long long)probe.N, (long long)probe.K, gemm_gflops);
         printf(" \"peak_rss_bytes\": %.0f, \"closed_form_bytes\": %.0f, \"rss_ratio\": %.4f, \"start_rss_bytes\": %.0f, "
@@ -679,9 +714,20 @@ int bench_train_main(int argc, char **argv) {
 done:
     model_recurrent_set_schedule(MODEL_RECURRENT_SCAN);
     if (status) fail();
+#ifdef DBRANCH_MPI
+    /* A failed rank takes the job down: the others may wait in the gradient sum. */
+    if (status && job && job->size > 1) {
+        fflush(NULL);
+        dt_comm_mpi_abort(status);
+    }
+#endif
     for (int i = 0; i < n_runs; i++) run_free(&runs[i]);
     probe_free(&probe);
     free(probe_s);
     free(work);
+#ifdef DBRANCH_MPI
+    if (job) dt_comm_mpi_finalize();
+    job = NULL;
+#endif
     return status;
 }

@@ -11,7 +11,9 @@ static void usage(FILE *out) {
             "suites:\n"
             "  kernels   GEMM wrapper vs raw BLIS, attention forward+backward (GFLOP/s)\n"
             "  decode    baseline vs grouped vs un-grouped Decode-Branch decode\n"
-            "  train     training tokens/s, model FLOPs, MFU vs the GEMM rate, peak RSS (baseline vs branch)\n");
+            "  train     training tokens/s, model FLOPs, MFU vs the GEMM rate, peak RSS (baseline vs branch);\n"
+            "            under mpirun, the data-parallel step over the processes\n"
+            "  allreduce the gradient sum over the processes, ms per MB (under mpirun -n N, MPI builds)\n");
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -26,6 +28,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[0], "kernels")) return bench_kernels_main(argc - 1, argv + 1);
     if (!strcmp(argv[0], "decode")) return bench_decode_main(argc - 1, argv + 1);
     if (!strcmp(argv[0], "train")) return bench_train_main(argc - 1, argv + 1);
+    if (!strcmp(argv[0], "allreduce")) return bench_allreduce_main(argc - 1, argv + 1);
     fprintf(stderr, "dbranch bench: unknown suite '%s' (try dbranch bench --help)\n", argv[0]);
     return 2;
 }

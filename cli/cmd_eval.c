@@ -1,7 +1,9 @@
 /* dbranch eval: validation loss of a model on a dataset (eval/eval_loss.h).
  * Teacher-forced by default; with --prompt-len P the decode engine prefills P
  * tokens of each window and steps through the rest (--method tf scores the
- * same positions teacher-forced, for comparison). */
+ * same positions teacher-forced, for comparison). Under mpirun (a build
+ * with -DDBRANCH_MPI=ON) the processes share the windows and rank 0 alone
+ * prints; the figures are the one-process figures to the bit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,10 @@ static void usage(FILE *out) {
                  "bfloat16 copy of the matrices made at load (norms, biases, coupling vectors stay float32).\n"
                  "Record files with answer marks (dbranch prepare --synthetic): also the accuracy on the\n"
                  "marked answers (argmax of the model's distribution, teacher-forced), overall and per\n"
-                 "position in the record.\n");
+                 "position in the record.\n"
+                 "Several processes: `mpirun -n N --bind-to none -x OMP_NUM_THREADS dbranch eval ...` (a build with\n"
+                 "-DDBRANCH_MPI=ON): window w is scored by process w %% N, rank 0 prints the same figures as one\n"
+                 "process would, to the bit.\n");
 }
 
 /* 1 when text is an integer in [min, max] (cli/args.c prints nothing: the caller's line names option and value). */
@@ -161,23 +166,29 @@ int cmd_eval(int argc, char **argv) {
     }
     if (threads > 0) k_set_threads((int)threads);
 
+    const dt_comm *comm = NULL;
+    /* Sums of per-window figures with one nonzero term each: exact in either mode. */
+    if (cli_join_job(DT_COMM_REDUCE_ORDERED, &comm) != DT_OK) return cli_fail("eval");
+    options.comm = comm;
     model m;
     data_tokens data;
-    if (model_load(&m, model_path) != DT_OK) return cli_fail("eval");
-    if (data_tokens_open(&data, data_path) != DT_OK) {
-        model_free(&m);
-        return cli_fail("eval");
+    dt_status status = model_load(&m, model_path);
+    if (status == DT_OK && (status = data_tokens_open(&data, data_path)) != DT_OK) model_free(&m);
+    if (status != DT_OK) {
+        const int code = cli_fail_job("eval", comm);
+        cli_leave_job(comm);
+        return code;
     }
     eval_decode_weights weights;
-    dt_status status = eval_decode_weights_init(&weights, &m, weights_type);
+    status = eval_decode_weights_init(&weights, &m, weights_type);
     options.decode_weights = &weights;
     eval_loss_result r;
     if (status == DT_OK) status = eval_loss_run(&m, &data, &options, &r);
     eval_accuracy_result accuracy = {0};
     int with_accuracy = status == DT_OK && data.has_answer[options.split];
-    if (with_accuracy)
+    if (with_accuracy) /* every rank computes it (small record files); rank 0 prints */
         status = eval_accuracy_run(&m, &data, options.split, options.n_windows, options.seq_len, &accuracy);
-    if (status == DT_OK) {
+    if (status == DT_OK && (!comm || comm->rank == 0)) {
         const char *split = options.split == SPLIT_VAL ? "val" : "train";
         const char *how =
             options.method == EVAL_TEACHER_FORCED ? "teacher-forced" : eval_decode_mode_name(options.decode_mode);
@@ -207,5 +218,7 @@ int cmd_eval(int argc, char **argv) {
     data_tokens_close(&data);
     eval_decode_weights_free(&weights);
     model_free(&m);
-    return status == DT_OK ? 0 : cli_fail("eval");
+    const int code = status == DT_OK ? 0 : cli_fail_job("eval", comm);
+    cli_leave_job(comm);
+    return code;
 }

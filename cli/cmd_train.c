@@ -26,9 +26,9 @@ static void usage(FILE *out) {
                  "  --out DIR          output directory (train.out_dir): DIR/checkpoint.h5 and the JSON-lines log\n"
                  "  --threads N        threads for BLIS and OpenMP (train.threads, 1..1024)\n"
                  "  --dry-run          print the resolved configuration and stop (no data read, nothing written)\n"
-                 "  --reduce R         under mpirun (a build with -DDBRANCH_MPI=ON): how gradients are summed over\n"
-                 "                     the processes: ordered (default; rank order, the same bits every run) or fast\n"
-                 "                     (MPI_Allreduce)\n"
+                 "  --reduce R         train.reduce: under mpirun (-DDBRANCH_MPI=ON builds), how gradients are\n"
+                 "                     summed over the processes: ordered (default; rank order, the same bits\n"
+                 "                     every run and any process count) or fast (MPI_Allreduce)\n"
                  "\n"
                  "Options other than --set may be given once. With --resume, --tokens must be at least the tokens\n"
                  "already trained. train.init_from = CKPT starts a new run from a checkpoint's weights (fresh\n"
@@ -37,6 +37,7 @@ static void usage(FILE *out) {
                  "Data parallel over processes: `mpirun -n N --bind-to none -x OMP_NUM_THREADS dbranch train ...`\n"
                  "(add --hostfile FILE for several machines): each process trains on train.batch_size / N rows of\n"
                  "every batch with train.threads threads; rank 0 alone prints, logs and writes checkpoints.\n"
+                 "A checkpoint records its process count; resuming with another needs train.reduce = ordered.\n"
                  "\n"
                  "Prints the resolved configuration, then progress (a live line on a terminal, periodic lines\n"
                  "otherwise) and the final validation loss. A checkpoint is written every train.checkpoint_every\n"
@@ -46,42 +47,6 @@ static void usage(FILE *out) {
                  "(the last good checkpoint is kept, never overwritten with diverged weights); 130 after SIGINT and\n"
                  "143 after SIGTERM: the current step is finished and a checkpoint written, so\n"
                  "`dbranch train --resume DIR/checkpoint.h5` continues the run. A second signal kills at once.\n");
-}
-
-/* The job this process is part of: under mpirun (MPI builds) its MPI
- * communicator, else NULL (one process). */
-static dt_status join_job(const char *reduce, const dt_comm **comm) {
-    *comm = NULL;
-#ifdef DBRANCH_MPI
-    dt_comm_reduce mode = DT_COMM_REDUCE_ORDERED;
-    if (reduce && !strcmp(reduce, "fast"))
-        mode = DT_COMM_REDUCE_FAST;
-    else if (reduce && strcmp(reduce, "ordered"))
-        return dt_errorf("--reduce %s (must be ordered or fast)", reduce);
-    if (dt_comm_mpi_launched()) return dt_comm_mpi_init(NULL, NULL, mode, comm);
-    return DT_OK;
-#else
-    return reduce ? dt_errorf("--reduce needs a build with -DDBRANCH_MPI=ON") : DT_OK;
-#endif
-}
-
-static void leave_job(const dt_comm *comm) {
-#ifdef DBRANCH_MPI
-    if (comm) dt_comm_mpi_finalize();
-#endif
-}
-
-/* A failure on one process of several: the others may wait in a collective
- * call, so the message is printed and the whole job taken down. */
-static int fail_job(const dt_comm *comm) {
-    const int code = cli_fail("train");
-#ifdef DBRANCH_MPI
-    if (comm && comm->size > 1) {
-        fflush(NULL);
-        dt_comm_mpi_abort(code);
-    }
-#endif
-    return code;
 }
 
 static volatile sig_atomic_t stop_signal = 0;
@@ -129,7 +94,7 @@ int cmd_train(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *config_path = NULL, *resume_path = NULL, *reduce = NULL;
+    const char *config_path = NULL, *resume_path = NULL;
     const dt_comm *comm = NULL;
     /* Overrides in command-line order: --set pairs and the shorthands, applied after the file. */
     const char **overrides = calloc((size_t)argc + 1, sizeof *overrides);
@@ -150,9 +115,9 @@ int cmd_train(int argc, char **argv) {
         const char *key = !strcmp(arg, "--tokens")    ? "train.tokens"
                           : !strcmp(arg, "--out")     ? "train.out_dir"
                           : !strcmp(arg, "--threads") ? "train.threads"
+                          : !strcmp(arg, "--reduce")  ? "train.reduce"
                                                       : NULL;
-        int takes_value = key || !strcmp(arg, "--config") || !strcmp(arg, "--set") || !strcmp(arg, "--resume") ||
-                          !strcmp(arg, "--reduce");
+        int takes_value = key || !strcmp(arg, "--config") || !strcmp(arg, "--set") || !strcmp(arg, "--resume");
         if (!takes_value) {
             fprintf(stderr, "dbranch train: unknown option '%s' (try dbranch train --help)\n", arg);
             exit_code = 2;
@@ -173,8 +138,6 @@ int cmd_train(int argc, char **argv) {
             config_path = value;
         else if (!strcmp(arg, "--resume"))
             resume_path = value;
-        else if (!strcmp(arg, "--reduce"))
-            reduce = value;
         else if (!strcmp(arg, "--set"))
             overrides[n_overrides++] = value;
         else {
@@ -212,7 +175,7 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
 
-    if (join_job(reduce, &comm) != DT_OK) {
+    if (cli_join_job(cfg.reduce, &comm) != DT_OK) {
         exit_code = cli_fail("train");
         goto done;
     }
@@ -225,9 +188,12 @@ int cmd_train(int argc, char **argv) {
     const char *pause = getenv("DBRANCH_TEST_PAUSE_AFTER_STEP");
     if (pause) options.pause_after_step = strtoll(pause, NULL, 10);
     if (trainer_init(&t, &cfg, &options) != DT_OK) {
-        exit_code = fail_job(comm);
+        exit_code = cli_fail_job("train", comm);
         goto done;
     }
+    /* Under mpirun stdout is a pseudo-terminal that Open MPI copies to mpirun's own stdout, often a file: periodic
+     * lines there, not a live line redrawn with \r. */
+    if (comm) t.log.progress_is_tty = 0;
     /* Printed once the run is set up, so a bad path or file is the only output. */
     if (speaks) print_resolved(&cfg, config_path);
     fflush(stdout);
@@ -236,7 +202,7 @@ int cmd_train(int argc, char **argv) {
     status = trainer_run(&t, &result);
     trainer_free(&t);
     if (status != DT_OK) {
-        exit_code = fail_job(comm);
+        exit_code = cli_fail_job("train", comm);
         goto done;
     }
     if (result.evaluated && speaks) {
@@ -249,7 +215,7 @@ int cmd_train(int argc, char **argv) {
     }
     exit_code = result.stopped && stop_signal ? 128 + (int)stop_signal : 0;
 done:
-    leave_job(comm);
+    cli_leave_job(comm);
     free(overrides);
     free(shorthand);
     return exit_code;

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "core/error.h"
 
 typedef struct cli_command {
@@ -33,6 +34,15 @@ int cmd_prepare_synthetic(int argc, char **argv);
 int cli_wants_help(int argc, char **argv);
 /* Prints "dbranch <cmd>: <dt_error_message()>" and returns 1. */
 int cli_fail(const char *command);
+
+/* cli/job.c. The job of processes this one is part of: under mpirun (a
+ * build with -DDBRANCH_MPI=ON) the MPI communicator summing as `reduce`
+ * says, else *comm = NULL (one process). */
+dt_status cli_join_job(dt_comm_reduce reduce, const dt_comm **comm);
+void cli_leave_job(const dt_comm *comm);
+/* cli_fail, then, when other processes may be waiting on this one in a
+ * collective call, the whole job taken down (MPI_Abort). */
+int cli_fail_job(const char *command, const dt_comm *comm);
 
 /* cli/args.c. A decimal integer in [min, max]; the error names the option. */
 dt_status cli_parse_int(const char *option, const char *text, int64_t min, int64_t max, int64_t *out);

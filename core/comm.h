@@ -39,13 +39,21 @@ struct dt_comm {
 /* The one-process communicator: rank 0, size 1, every operation the identity. */
 const dt_comm *dt_comm_single(void);
 
+/* How a job of several processes sums (train.reduce): `ordered` (rank 0
+ * adds the ranks' buffers in rank order, ((x0 + x1) + x2) + ..., and
+ * broadcasts the result: the same bits for every rank, every run and, with
+ * power-of-two row splits, every N) or `fast` (MPI_Allreduce: deterministic
+ * for a given N, not across N). One process: the two are the same. Declared
+ * in every build, so a config naming it runs without MPI too. */
+typedef enum { DT_COMM_REDUCE_ORDERED = 0, DT_COMM_REDUCE_FAST = 1 } dt_comm_reduce;
+
+/* "ordered" | "fast"; parse returns DT_ERR (no message) on another word. */
+const char *dt_comm_reduce_name(dt_comm_reduce reduce);
+dt_status dt_comm_reduce_parse(const char *text, dt_comm_reduce *out);
+
 #ifdef DBRANCH_MPI
 /* The Open MPI backend (core/comm_mpi.c, built with -DDBRANCH_MPI=ON) over
- * MPI_COMM_WORLD. Sums are either `ordered` (rank 0 adds the ranks' buffers
- * in rank order, ((x0 + x1) + x2) + ..., and broadcasts the result: the same
- * bits for every rank and every run) or `fast` (MPI_Allreduce: deterministic
- * for a given N, not across N). */
-typedef enum { DT_COMM_REDUCE_ORDERED = 0, DT_COMM_REDUCE_FAST = 1 } dt_comm_reduce;
+ * MPI_COMM_WORLD, summing as `reduce` says. */
 
 /* Is this process one of an mpirun job (Open MPI's or PMI's environment)? */
 int dt_comm_mpi_launched(void);
@@ -53,6 +61,8 @@ int dt_comm_mpi_launched(void);
  * back as messages (MPI_ERRORS_RETURN), not aborts. */
 dt_status dt_comm_mpi_init(int *argc, char ***argv, dt_comm_reduce reduce, const dt_comm **comm);
 void dt_comm_mpi_finalize(void);
+/* Switches how later sums are made (bench allreduce times both modes). */
+void dt_comm_mpi_set_reduce(dt_comm_reduce reduce);
 /* Takes the whole job down (MPI_Abort): for a rank that fails while the
  * others wait in a collective call. */
 void dt_comm_mpi_abort(int code);

@@ -134,4 +134,6 @@ void dt_comm_mpi_finalize(void) {
     state.piece = NULL;
 }
 
+void dt_comm_mpi_set_reduce(dt_comm_reduce reduce) { state.reduce = reduce; }
+
 void dt_comm_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }

@@ -1,7 +1,9 @@
 /* Validation loss, teacher-forced (model_forward without a tape) or through
  * the decode engine; see eval_loss.h. Both paths hand their logits to the same
  * scoring code (the mixture kernel), so any difference between the two figures
- * is a difference in the logits. */
+ * is a difference in the logits. Sums are kept per window (WINDOW_SUMS) and
+ * added in window order, which is what lets several processes share the
+ * windows and still give the one-process figures to the bit. */
 #include "eval/eval_loss.h"
 
 #include <math.h>
@@ -13,13 +15,18 @@
 #include "kernels/mixture.h"
 #include "kernels/softmax.h"
 
+/* Per window: sums of nll, primary CE, branch CE, alpha over its scored
+ * positions, then the positions and the bytes of their targets. */
+enum { WINDOW_SUMS = 6, CHUNK_WINDOWS = 1024 };
+
 eval_loss_options eval_loss_default_options(void) {
     return (eval_loss_options){.split = SPLIT_VAL,
                                .n_windows = 0,
                                .seq_len = 0,
                                .prompt_len = 0,
                                .method = EVAL_TEACHER_FORCED,
-                               .decode_mode = EVAL_DECODE_GROUPED};
+                               .decode_mode = EVAL_DECODE_GROUPED,
+                               .comm = NULL};
 }
 
 /* Running sums over scored positions, plus per-position scratch [seq_len]. */
@@ -101,6 +108,34 @@ static dt_status window_decode(eval_decode_session *s, const int32_t *inputs, co
     return DT_OK;
 }
 
+/* Window w, scored by either path; its sums into out[WINDOW_SUMS]. */
+static dt_status score_window(model *m, data_tokens *data, const eval_loss_options *o, ag_ctx *ctx,
+                              eval_decode_session *session, int32_t *inputs, int32_t *targets, int64_t T, int64_t first,
+                              int64_t w, scorer *sc, double *out) {
+    dt_status status = data_split_window(data, o->split, w, T, inputs, targets);
+    if (status != DT_OK) return status;
+    sc->sum_nll = sc->sum_primary = sc->sum_branch = sc->sum_alpha = 0.0;
+    sc->n_tokens = 0;
+    if (o->method == EVAL_TEACHER_FORCED)
+        status = window_teacher_forced(m, ctx, inputs, targets, T, first, sc);
+    else
+        status = window_decode(session, inputs, targets, T, o->prompt_len, sc);
+    if (status != DT_OK) return dt_error_context("window %lld", (long long)w);
+    uint8_t *text = NULL;
+    size_t n_bytes = 0; /* ids only (tokenizer 'external'): no bytes to count */
+    if (data->tokenizer.kind != TOKENIZER_EXTERNAL &&
+        (status = data_tokenizer_decode(&data->tokenizer, targets + first, T - first, &text, &n_bytes)) != DT_OK)
+        return status;
+    free(text);
+    out[0] = sc->sum_nll;
+    out[1] = sc->sum_primary;
+    out[2] = sc->sum_branch;
+    out[3] = sc->sum_alpha;
+    out[4] = (double)sc->n_tokens;
+    out[5] = (double)n_bytes;
+    return DT_OK;
+}
+
 dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o, eval_loss_result *result) {
     memset(result, 0, sizeof *result);
     int64_t T = o->seq_len ? o->seq_len : m->config.block_size;
@@ -122,11 +157,12 @@ dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o,
                      (o->method == EVAL_TEACHER_FORCED || o->decode_mode != EVAL_DECODE_BASELINE);
     int32_t *inputs = malloc((size_t)T * sizeof(int32_t)), *targets = malloc((size_t)T * sizeof(int32_t));
     float *buffers = malloc((size_t)(4 * T) * sizeof(float));
+    double *chunk = malloc((size_t)(CHUNK_WINDOWS * WINDOW_SUMS) * sizeof(double)); /* [CHUNK_WINDOWS, WINDOW_SUMS] */
     ag_ctx ctx;
     eval_decode_session session;
     int have_ctx = 0, have_session = 0;
     dt_status status = DT_OK;
-    if (!inputs || !targets || !buffers) {
+    if (!inputs || !targets || !buffers || !chunk) {
         status = dt_errorf("eval: out of memory for windows of %lld tokens", (long long)T);
         goto done;
     }
@@ -144,39 +180,45 @@ dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o,
         have_session = 1;
     }
 
-    for (int64_t w = 0; w < n_windows; w++) {
-        if ((status = data_split_window(data, o->split, w, T, inputs, targets)) != DT_OK) goto done;
-        if (o->method == EVAL_TEACHER_FORCED)
-            status = window_teacher_forced(m, &ctx, inputs, targets, T, first, &sc);
-        else
-            status = window_decode(&session, inputs, targets, T, o->prompt_len, &sc);
-        if (status != DT_OK) {
-            dt_error_context("window %lld", (long long)w);
-            goto done;
+    /* Chunks of windows: rank w % size scores window w into its row of
+     * `chunk`, the rows are summed over the processes (one nonzero term per
+     * row: exact), and the rows are added in window order on every rank. */
+    const dt_comm *comm = o->comm ? o->comm : dt_comm_single();
+    double totals[WINDOW_SUMS] = {0, 0, 0, 0, 0, 0};
+    for (int64_t chunk_first = 0; chunk_first < n_windows; chunk_first += CHUNK_WINDOWS) {
+        const int64_t n_chunk =
+            n_windows - chunk_first < CHUNK_WINDOWS ? n_windows - chunk_first : (int64_t)CHUNK_WINDOWS;
+        memset(chunk, 0, (size_t)(n_chunk * WINDOW_SUMS) * sizeof *chunk);
+        for (int64_t w = chunk_first; w < chunk_first + n_chunk; w++) {
+            if (w % comm->size != comm->rank) continue;
+            if ((status = score_window(m, data, o, &ctx, &session, inputs, targets, T, first, w, &sc,
+                                       chunk + (w - chunk_first) * WINDOW_SUMS)) != DT_OK)
+                goto done;
         }
-        if (data->tokenizer.kind == TOKENIZER_EXTERNAL) continue; /* ids only: no bytes to count */
-        uint8_t *text = NULL;
-        size_t n_bytes = 0;
-        if ((status = data_tokenizer_decode(&data->tokenizer, targets + first, T - first, &text, &n_bytes)) != DT_OK)
-            goto done;
-        free(text);
-        result->n_bytes += (int64_t)n_bytes;
+        /* A failed rank never gets here; cli_fail_job takes the job down. */
+        if (comm->size > 1 && (status = comm->allreduce_f64(comm, chunk, n_chunk * WINDOW_SUMS)) != DT_OK) goto done;
+        for (int64_t i = 0; i < n_chunk; i++)
+            for (int k = 0; k < WINDOW_SUMS; k++)
+                totals[k] += chunk[i * WINDOW_SUMS + k];
     }
+    const double n_tokens = totals[4];
     result->seq_len = T;
     result->n_windows = n_windows;
-    result->n_tokens = sc.n_tokens;
+    result->n_tokens = (int64_t)n_tokens;
+    result->n_bytes = (int64_t)totals[5];
     result->has_branch = sc.with_branch;
-    result->loss = sc.sum_nll / (double)sc.n_tokens;
-    result->loss_primary = sc.sum_primary / (double)sc.n_tokens;
-    result->loss_branch = sc.sum_branch / (double)sc.n_tokens;
-    result->alpha_mean = sc.sum_alpha / (double)sc.n_tokens;
+    result->loss = totals[0] / n_tokens;
+    result->loss_primary = totals[1] / n_tokens;
+    result->loss_branch = totals[2] / n_tokens;
+    result->alpha_mean = totals[3] / n_tokens;
     result->bits_per_byte =
-        result->n_bytes > 0 ? sc.sum_nll / log(2.0) / (double)result->n_bytes : 0.0; /* = loss/ln2 * tokens/bytes */
+        result->n_bytes > 0 ? totals[0] / log(2.0) / totals[5] : 0.0; /* = loss/ln2 * tokens/bytes */
 done:
     if (have_ctx) ag_ctx_free(&ctx);
     if (have_session) eval_decode_free(&session);
     free(inputs);
     free(targets);
     free(buffers);
+    free(chunk);
     return status;
 }

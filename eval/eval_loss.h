@@ -13,12 +13,19 @@
  * Reported: the mixture NLL (`loss`; the primary's cross-entropy for models
  * without a branch), `loss_primary`, `loss_branch`, the mean alpha, and bits
  * per byte = loss / ln 2 * tokens / bytes, bytes counted by decoding the
- * scored target tokens with the dataset's tokenizer. */
+ * scored target tokens with the dataset's tokenizer.
+ *
+ * Several processes (options.comm, e.g. `mpirun -n N dbranch eval`): window
+ * w is evaluated by rank w % N; each window's sums are combined over the
+ * processes (each is computed on one rank, zeros elsewhere: exact in any
+ * order) and every rank adds them in window order, so the figures are the
+ * one-process figures to the bit, on every rank. */
 #ifndef EVAL_EVAL_LOSS_H
 #define EVAL_EVAL_LOSS_H
 
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "core/error.h"
 #include "data/tokens.h"
 #include "eval/decode.h"
@@ -34,6 +41,7 @@ typedef struct eval_loss_options {
     eval_loss_method method;      /* EVAL_DECODE needs prompt_len >= 1 */
     eval_decode_mode decode_mode; /* engine mode for EVAL_DECODE (grouped by default) */
     const eval_decode_weights *decode_weights; /* EVAL_DECODE's matrices' stored form (NULL: the model's float32) */
+    const dt_comm *comm; /* the processes sharing the windows (NULL: this one alone); collective */
 } eval_loss_options;
 
 typedef struct eval_loss_result {

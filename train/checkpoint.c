@@ -154,6 +154,7 @@ static dt_status write_state(hid_t file, const train_state *state, const train_c
         h5_write_attr_int(group, "tokens_seen", state->tokens_seen) != DT_OK ||
         h5_write_attr_double(group, "elapsed_seconds", state->elapsed_seconds) != DT_OK ||
         h5_write_attr_int(group, "windows_drawn", (int64_t)state->windows_drawn) != DT_OK ||
+        h5_write_attr_int(group, "processes", state->processes > 0 ? state->processes : 1) != DT_OK ||
         write_rng(group, "loader", &state->loader_rng) != DT_OK ||
         write_rng(group, "trainer", &state->trainer_rng) != DT_OK ||
         h5_write_attr_string(group, "config", config_text ? config_text : "") != DT_OK ||
@@ -297,6 +298,12 @@ dt_status train_checkpoint_read_state(const char *path, train_state *state, char
         read_rng(group, "trainer", &state->trainer_rng, &has_spare[1]) != DT_OK ||
         validate_state(state, has_spare, windows) != DT_OK)
         status = DT_ERR;
+    /* Written before jobs of several processes existed: one process. */
+    state->processes = 1;
+    if (status == DT_OK && h5_has_attr(group, "processes") &&
+        (h5_read_attr_int(group, "processes", &state->processes) != DT_OK || state->processes < 1 ||
+         state->processes > max_count))
+        status = dt_errorf("'processes' = %lld must be a process count >= 1", (long long)state->processes);
     if (status == DT_OK && !h5_has_attr(group, "config_checksum"))
         status = dt_errorf("missing attribute 'config_checksum' (the stored config cannot be verified)");
     state->windows_drawn = (uint64_t)windows;

@@ -8,7 +8,8 @@
  *   /optim/muon/<name>    Muon momentum buffer (parameters Muon updates)
  *   /train                attributes step, tokens_seen, elapsed_seconds,
  *                         windows_drawn, loader_has_spare, loader_spare,
- *                         trainer_has_spare, trainer_spare, config (the
+ *                         trainer_has_spare, trainer_spare, processes (of
+ *                         the job that wrote it; absent: 1), config (the
  *                         resolved INI text of the run, for people to read)
  *   /train/run_config     the run keys as data: one attribute per key of
  *                         train/run_config_keys.def, named "section.key"
@@ -44,6 +45,7 @@ typedef struct train_state {
     dt_rng loader_rng;      /* batch stream (data_loader.rng) */
     uint64_t windows_drawn; /* data_loader.windows_drawn */
     dt_rng trainer_rng;     /* the trainer's own stream (seeded from train.seed) */
+    int64_t processes;      /* of the job that trained it (mpirun -n; 1 for one process) */
     /* written with /train when set (train/spike_guard.h) */
     const struct train_spike_guard *spike_guard;
 } train_state;

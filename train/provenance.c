@@ -82,6 +82,7 @@ void train_provenance_collect(train_provenance *p, int threads) {
     strftime(p->start_utc, sizeof p->start_utc, "%Y-%m-%dT%H:%M:%SZ", &utc);
     read_cpu(p);
     p->threads = threads;
+    p->processes = 1;
     snprintf(p->blis_version, sizeof p->blis_version, "%s", bli_info_get_version_str());
 }
 
@@ -180,7 +181,7 @@ dt_status train_provenance_write(FILE *f, const train_provenance *p, const char 
     write_field(f, "cpu", p->cpu);
     write_isa(f, "isa", p->avx512f, p->avx512_bf16, p->amx_bf16);
     write_isa(f, "compiled_for", p->built_avx512f, p->built_avx512_bf16, p->built_amx_bf16);
-    fprintf(f, ",\"threads\":%d", p->threads);
+    fprintf(f, ",\"threads\":%d,\"processes\":%d", p->threads, p->processes);
     write_field(f, "blis_version", p->blis_version);
     if (p->resume_path) {
         fputs(",\"resume\":{\"checkpoint\":", f);
@@ -219,9 +220,10 @@ dt_status train_provenance_save(const char *path, const train_provenance *p) {
 }
 
 dt_status train_provenance_record(const train_config *cfg, const char *config_text, const char *resume_path,
-                                  int64_t resume_step, FILE *log_file, const char *log_path) {
+                                  int64_t resume_step, FILE *log_file, const char *log_path, int processes) {
     train_provenance p;
     train_provenance_collect(&p, k_get_threads());
+    p.processes = processes;
     p.config_text = config_text;
     p.resume_path = resume_path;
     p.resume_step = resume_step;

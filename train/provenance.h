@@ -13,7 +13,7 @@
  * Record: {"type":"provenance","commit":"f7d5a46-dirty","version":"0.1.0",
  *          "start_utc":"2026-12-01T08:30:00Z","cpu":"...","isa":{"avx512f":true,
  *          "avx512_bf16":false,"amx_bf16":false},"compiled_for":{...same keys},
- *          "threads":2,"blis_version":"0.9.0","resume":null | {"checkpoint":"...",
+ *          "threads":2,"processes":1,"blis_version":"0.9.0","resume":null | {"checkpoint":"...",
  *          "step":N},"total_steps":N,"tokens_per_step":N,
  *          "config":{"model":{"family":"llama",...},"data":{...},"train":{...}}}
  * Config values that read as JSON numbers are numbers, the rest strings.
@@ -36,6 +36,7 @@ typedef struct train_provenance {
     int avx512f, avx512_bf16, amx_bf16;                   /* the CPU has them (cpuid) */
     int built_avx512f, built_avx512_bf16, built_amx_bf16; /* the build targets them (-march) */
     int threads;
+    int processes; /* of the job (mpirun -n N; 1 for one process) */
     char blis_version[32];
     const char *config_text; /* resolved config as INI text (train_config_format), not owned */
     const char *resume_path; /* checkpoint resumed from, or NULL */
@@ -58,8 +59,8 @@ dt_status train_provenance_save(const char *path, const train_provenance *p);
  * cfg (config_text its train_config_format text; resume_path NULL or the
  * checkpoint continued at resume_step) and writes it to cfg->out_dir/
  * provenance.json and to log_file (the open JSON-lines log, or NULL;
- * log_path names it in errors). */
+ * log_path names it in errors); processes: the job's process count. */
 dt_status train_provenance_record(const train_config *cfg, const char *config_text, const char *resume_path,
-                                  int64_t resume_step, FILE *log_file, const char *log_path);
+                                  int64_t resume_step, FILE *log_file, const char *log_path, int processes);
 
 #endif

@@ -16,7 +16,7 @@
 #include "models/config_file.h"
 #include "models/config_value.h"
 
-typedef enum { VALUE_INT, VALUE_REAL, VALUE_PATH, VALUE_SCHEDULE, VALUE_OPTIMIZER } value_kind;
+typedef enum { VALUE_INT, VALUE_REAL, VALUE_PATH, VALUE_SCHEDULE, VALUE_OPTIMIZER, VALUE_REDUCE } value_kind;
 
 typedef struct {
     const char *section;
@@ -74,6 +74,10 @@ static dt_status set_value(train_config *cfg, const config_key *k, const char *t
         else
             return dt_errorf("%s = '%s' must be adamw|muon", k->full_name, text);
         return DT_OK;
+    case VALUE_REDUCE:
+        if (dt_comm_reduce_parse(text, field) != DT_OK)
+            return dt_errorf("%s = '%s' must be ordered|fast", k->full_name, text);
+        return DT_OK;
     }
     return DT_ERR;
 }
@@ -95,6 +99,9 @@ static void get_value(const train_config *cfg, const config_key *k, char *text, 
         break;
     case VALUE_OPTIMIZER:
         snprintf(text, capacity, "%s", optim_kind_name(*(const optim_kind *)field));
+        break;
+    case VALUE_REDUCE:
+        snprintf(text, capacity, "%s", dt_comm_reduce_name(*(const dt_comm_reduce *)field));
         break;
     }
 }

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "core/error.h"
 #include "models/config.h"
 #include "optim/optim.h"
@@ -32,6 +33,7 @@ enum { TRAIN_PATH_MAX = 1024 };
 #define TRAIN_FIELD_PATH(field)      char field[TRAIN_PATH_MAX];
 #define TRAIN_FIELD_SCHEDULE(field)  optim_schedule_kind field;
 #define TRAIN_FIELD_OPTIMIZER(field) optim_kind field;
+#define TRAIN_FIELD_REDUCE(field)    dt_comm_reduce field;
 
 typedef struct train_config {
     model_config model; /* [model] */

@@ -211,10 +211,17 @@ static dt_status setup_state(trainer *t) {
     if (!resume) {
         t->state.loader_rng = t->loader.rng;
         dt_rng_seed(&t->state.trainer_rng, stream_seed(t->cfg.seed, 2));
+        t->state.processes = t->comm->size;
         return DT_OK;
     }
     if (train_checkpoint_read_optim(resume, &t->opt) != DT_OK) return DT_ERR;
     if (train_checkpoint_read_state(resume, &t->state, NULL) != DT_OK) return DT_ERR;
+    /* Only ordered sums are the same float operations at every process count. */
+    if (t->state.processes != t->comm->size && t->cfg.reduce != DT_COMM_REDUCE_ORDERED)
+        return dt_errorf("%s was trained by %lld processes; resuming with %d needs train.reduce = ordered (fast sums "
+                         "depend on the process count)",
+                         resume, (long long)t->state.processes, t->comm->size);
+    t->state.processes = t->comm->size;
     if (t->state.step > t->total_steps)
         return dt_errorf("%s: /train: 'step' = %lld is beyond this run's %lld steps (train.tokens = %lld)", resume,
                          (long long)t->state.step, (long long)t->total_steps, (long long)t->cfg.tokens);
@@ -280,10 +287,10 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     t->ready |= READY_LOG;
     /* The log's first record (and OUT/provenance.json): what produced this run (train/provenance.h). */
     if (logs && train_provenance_record(c, t->config_text, t->options.resume_path, t->state.step, t->log.file,
-                                        t->log_path) != DT_OK)
+                                        t->log_path, t->comm->size) != DT_OK)
         goto fail;
     return DT_OK;
-fail: {
+fail : {
     /* the first error is the one to report: closing what was opened may fail too (a full disk) */
     char first[1024];
     snprintf(first, sizeof first, "%s", dt_error_message());

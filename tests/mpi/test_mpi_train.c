@@ -6,7 +6,9 @@
  * processes, both exact scalings), so losses, gradient norms and weights
  * must agree bit for bit. Also: rank 0 alone writes the log and the
  * checkpoint, a job stopped and resumed at N = 2 continues bit for bit, and
- * both ranks end with the same weights. A plain program (see
+ * both ranks end with the same weights; the N = 2 checkpoint resumed by one
+ * process on two threads continues bit for bit too with ordered sums, and
+ * with fast sums is refused with one line (train.reduce = ordered needed). A plain program (see
  * test_mpi_comm.c); exits non-zero naming the first failed check. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,8 @@
 #include "train/trainer.h"
 
 enum { STEPS = 6, B = 4, T = 16 };
+
+static dt_comm_reduce reduce_mode = DT_COMM_REDUCE_ORDERED; /* argv[1] */
 
 static void write_tokens(const char *path) {
     enum { N_TRAIN = 4000, N_VAL = 8 * T + 1 };
@@ -60,6 +64,7 @@ static train_config config(const char *data, const char *out, int threads) {
     cfg.checkpoint_every = 0;
     cfg.seed = 4;
     cfg.threads = threads;
+    cfg.reduce = reduce_mode;
     if (train_config_validate(&cfg) != DT_OK) CHECK(0, "config: %s", dt_error_message());
     return cfg;
 }
@@ -91,6 +96,7 @@ static int exists(const char *path) {
 int main(int argc, char **argv) {
     test_name = "test_mpi_train";
     const int fast = argc > 1 && !strcmp(argv[1], "fast");
+    reduce_mode = fast ? DT_COMM_REDUCE_FAST : DT_COMM_REDUCE_ORDERED;
     const dt_comm *comm = NULL;
     if (dt_comm_mpi_init(&argc, &argv, fast ? DT_COMM_REDUCE_FAST : DT_COMM_REDUCE_ORDERED, &comm) != DT_OK) {
         fprintf(stderr, "%s\n", dt_error_message());
@@ -157,11 +163,46 @@ int main(int argc, char **argv) {
     comm->allreduce_f64(comm, sum, 2);
     CHECK(sum[0] == sum[1], "rank %d: the ranks' weights differ (checksums %.17g, %.17g)", rank, sum[0], sum[1]);
 
+    /* The N = 2 checkpoint resumed by one process (rank 0 alone, two threads). */
+    if (rank == 0) {
+        const train_config alone_part_cfg = config(data, part_dir, 2);
+        snprintf(path, sizeof path, "%s/checkpoint.h5", part_dir);
+        const trainer_options alone_resumed = {.comm = dt_comm_single(), .resume_path = path};
+        const dt_status status = trainer_init(&t, &alone_part_cfg, &alone_resumed);
+        if (fast) {
+            CHECK(status != DT_OK && strstr(dt_error_message(), "trained by 2 processes; resuming with 1 needs "
+                                                                "train.reduce = ordered"),
+                  "resuming a fast N = 2 checkpoint in one process: %s",
+                  status == DT_OK ? "accepted" : dt_error_message());
+            if (status == DT_OK) trainer_free(&t);
+        } else if (status == DT_OK) {
+            for (int s = 3; s < STEPS; s++) {
+                if (trainer_step(&t, &record) != DT_OK) CHECK(0, "alone step %d: %s", s + 1, dt_error_message());
+                CHECK(record.loss == job[s].loss && record.grad_norm == job[s].grad_norm,
+                      "the N = 2 checkpoint resumed in one process: step %d: loss %.9g vs %.9g", s + 1, record.loss,
+                      job[s].loss);
+            }
+            trainer_free(&t);
+        } else {
+            CHECK(0, "resuming the N = 2 checkpoint in one process (ordered): %s", dt_error_message());
+        }
+    }
+
     if (rank == 0) {
         snprintf(path, sizeof path, "%s/checkpoint.h5", job_dir);
         CHECK(exists(path), "rank 0 wrote no checkpoint %s", path);
         snprintf(path, sizeof path, "%s/log.jsonl", job_dir);
         CHECK(exists(path), "rank 0 wrote no log %s", path);
+        snprintf(path, sizeof path, "%s/provenance.json", job_dir);
+        FILE *provenance = fopen(path, "r");
+        char record[16384] = "";
+        if (provenance) {
+            record[fread(record, 1, sizeof record - 1, provenance)] = '\0';
+            fclose(provenance);
+        }
+        CHECK(strstr(record, "\"processes\":2") &&
+                  strstr(record, fast ? "\"reduce\":\"fast\"" : "\"reduce\":\"ordered\""),
+              "%s names neither the 2 processes nor train.reduce: %s", path, record);
         const train_config alone_cfg = config(data, alone_dir, 2);
         run(&alone_cfg, dt_comm_single(), alone, &alone_eval, &alone_weights, &n_alone);
         for (int s = 0; s < STEPS; s++) {
