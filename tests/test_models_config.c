@@ -819,7 +819,6 @@ Test(config, spec6_options_are_refused_until_implemented) {
         /* pairs, a word the message must hold */
         {"recurrent=1", "recurrent", "not implemented"},
         {"alibi=1", "alibi", "not implemented"},
-        {"feedback=1", "feedback", "not implemented"},
         {"n_loop=3", "n_loop", "not implemented"},
         {"disco_tau=2", "disco_tau", "not implemented"},
         {"disco_top=0", "disco_top", "not implemented"},

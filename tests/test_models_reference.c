@@ -90,9 +90,9 @@ Test(reference, heldout_files_pass) {
 /* SPEC §6 option files (copies of ../shared/reference/options/) of the
  * options implemented so far; the others must be refused with one line
  * naming the key, never run as if the key were absent. */
-static const char *const implemented_options[] = {"08_llama_triplu_branch.h5", "09_nanogpt_prism.h5",
-                                                  "10_llama_attnres_mhar_branch.h5", "15_llama_attnres_block.h5",
-                                                  "16_moe_triplu_prodnorm.h5"};
+static const char *const implemented_options[] = {"08_llama_triplu_branch.h5",       "09_nanogpt_prism.h5",
+                                                  "10_llama_attnres_mhar_branch.h5", "12_llama_feedback.h5",
+                                                  "15_llama_attnres_block.h5",       "16_moe_triplu_prodnorm.h5"};
 
 Test(reference, option_files_pass) {
     char dir[1024];

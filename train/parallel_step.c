@@ -43,13 +43,16 @@ static dt_tensor *remap(const model *m, const model *replica, dt_tensor *t) {
  * field is added there, it must be remapped below too. */
 _Static_assert(sizeof(model_block_weights) == (8 + MODEL_FFN_SLOTS) * sizeof(dt_tensor *),
                "remap every model_block_weights field");
-_Static_assert(sizeof(model_layer) == 11 * sizeof(dt_tensor *) + sizeof(const float *) + 2 * sizeof(model_block_weights),
+_Static_assert(sizeof(model_layer) ==
+                   11 * sizeof(dt_tensor *) + sizeof(const float *) + 2 * sizeof(model_block_weights),
                "remap every model_layer field (rope_table is shared)");
 
 static void remap_block(const model *m, const model *replica, model_block_weights *w) {
     dt_tensor **fields[] = {&w->wq, &w->wq_bias, &w->wk, &w->wk_bias, &w->wv, &w->wv_bias, &w->wo, &w->wo_bias};
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) *fields[i] = remap(m, replica, *fields[i]);
-    for (int slot = 0; slot < MODEL_FFN_SLOTS; slot++) w->ffn[slot] = remap(m, replica, w->ffn[slot]);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        *fields[i] = remap(m, replica, *fields[i]);
+    for (int slot = 0; slot < MODEL_FFN_SLOTS; slot++)
+        w->ffn[slot] = remap(m, replica, w->ffn[slot]);
 }
 
 static void replica_free(model *replica) {
@@ -93,14 +96,19 @@ static dt_status replica_init(model *replica, const model *m) {
     replica->branch_tok_emb = remap(m, replica, m->branch_tok_emb);
     replica->route_final_query = remap(m, replica, m->route_final_query);
     replica->route_final_norm = remap(m, replica, m->route_final_norm);
+    replica->feedback_w_u = remap(m, replica, m->feedback_w_u);
+    replica->feedback_w_g = remap(m, replica, m->feedback_w_g);
+    replica->feedback_norm_tok = remap(m, replica, m->feedback_norm_tok);
+    replica->feedback_norm_in = remap(m, replica, m->feedback_norm_in);
     for (int64_t l = 0; l < m->config.n_layer; l++) {
         model_layer *layer = &replica->layers[l];
         *layer = m->layers[l];
-        dt_tensor **fields[] = {&layer->attn_norm,        &layer->attn_norm_bias,  &layer->ffn_norm,
-                                &layer->ffn_norm_bias,    &layer->couple_q,        &layer->couple_hidden,
-                                &layer->couple_out,       &layer->route_attn_query, &layer->route_attn_norm,
-                                &layer->route_ffn_query,  &layer->route_ffn_norm};
-        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) *fields[i] = remap(m, replica, *fields[i]);
+        dt_tensor **fields[] = {&layer->attn_norm,       &layer->attn_norm_bias,   &layer->ffn_norm,
+                                &layer->ffn_norm_bias,   &layer->couple_q,         &layer->couple_hidden,
+                                &layer->couple_out,      &layer->route_attn_query, &layer->route_attn_norm,
+                                &layer->route_ffn_query, &layer->route_ffn_norm};
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+            *fields[i] = remap(m, replica, *fields[i]);
         remap_block(m, replica, &layer->primary);
         remap_block(m, replica, &layer->branch);
     }
@@ -311,8 +319,8 @@ static dt_status combine_balance(train_parallel *p, const int64_t *row_begin, in
         const double weight = (double)(row_begin[w + 1] - row_begin[w]) / (double)total_rows;
         aux_workers += weight * scalar_or_nan(out->aux);
     }
-    /* aux is the mean over layers, weighted by aux_loss_coef in the objective. */
-    *correction = c->aux_loss_coef * (aux_batch / (double)c->n_layer - aux_workers);
+    /* aux is the mean over the MoE layers' applications (K*L with feedback), weighted by aux_loss_coef. */
+    *correction = c->aux_loss_coef * ((layers > 0 ? aux_batch / (double)layers : 0.0) - aux_workers);
     return DT_OK;
 }
 
