@@ -23,6 +23,9 @@
 
 typedef struct model model;
 
+/* The most passes a forward runs (train.feedback_passes, /ref passes). */
+enum { MODEL_FEEDBACK_MAX_PASSES = 64 };
+
 /* How a forward runs the passes (model_forward_feedback). */
 typedef struct model_feedback_run {
     int64_t passes;    /* K >= 1 (0 means 1): pass 1 plain, passes 2..K fused */

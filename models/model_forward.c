@@ -287,6 +287,8 @@ dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_te
     const model_feedback_run plain = model_feedback_plain();
     if (!run) run = &plain;
     const int64_t K = run->passes > 0 ? run->passes : 1;
+    if (K > MODEL_FEEDBACK_MAX_PASSES)
+        return dt_errorf("model_forward: %lld feedback passes (at most %d)", (long long)K, MODEL_FEEDBACK_MAX_PASSES);
     if (K > 1 && !m->config.feedback)
         return dt_errorf("model_forward: %lld feedback passes need a model with feedback = 1", (long long)K);
     const model_config *c = &m->config;

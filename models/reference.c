@@ -253,7 +253,8 @@ static dt_status read_feedback_run(hid_t file, model_feedback_run *run) {
     if (status == DT_OK) status = h5_read_attr_double(ref, "feedback_lambda", &lambda);
     H5Gclose(ref);
     if (status != DT_OK) return DT_ERR;
-    if (passes < 1 || passes > 64) return dt_errorf("/ref: passes = %lld (1 to 64)", (long long)passes);
+    if (passes < 1 || passes > MODEL_FEEDBACK_MAX_PASSES)
+        return dt_errorf("/ref: passes = %lld (1 to %d)", (long long)passes, MODEL_FEEDBACK_MAX_PASSES);
     if (!isfinite(lambda)) return dt_errorf("/ref: feedback_lambda = %g is not finite", lambda);
     run->passes = passes;
     run->lambda = lambda;
@@ -266,7 +267,7 @@ static dt_status compare_loss_passes(model_reference_report *report, hid_t file,
     if (ref < 0) return dt_errorf("cannot open group /ref");
     dt_status status = DT_OK;
     if (H5Aexists(ref, "loss_passes") > 0) {
-        double expected[64];
+        double expected[MODEL_FEEDBACK_MAX_PASSES];
         hid_t attr = H5Aopen(ref, "loss_passes", H5P_DEFAULT);
         hid_t space = attr >= 0 ? H5Aget_space(attr) : H5I_INVALID_HID;
         const hssize_t n = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;

@@ -275,3 +275,24 @@ Test(reference, unreadable_files_are_errors) {
     cr_assert(strstr(dt_error_message(), "tokens"), "names /ref/tokens: %s", dt_error_message());
     unlink(path);
 }
+
+/* Latent feedback (SPEC §6.5): the held-out files of
+ * tests/tools/spec_reference_feedback.py (llama K = 2, nanogpt K = 3, MoE
+ * with the aux term over K*L applications, a lambda != 1 with product FFN
+ * and per-layer heads) pass, each pass's CE included. */
+Test(reference, feedback_heldout_files) {
+    const char *names[] = {"llama_feedback_k2.h5", "nanogpt_feedback_k3.h5", "moe_feedback_k2_aux.h5",
+                           "llama_feedback_k3_lambda_triplu_prism.h5"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[2048];
+        snprintf(path, sizeof path, "%s/tests/reference/options_heldout/%s", source_dir(), names[i]);
+        model_reference_report report;
+        cr_assert_eq(model_reference_check(path, &report), DT_OK, "%s: %s", path, dt_error_message());
+        int pass_lines = 0;
+        for (int j = 0; j < report.n_lines; j++)
+            pass_lines += strncmp(report.lines[j].name, "loss_passes[", 12) == 0;
+        cr_expect_eq(report.n_failed, 0, "%s: %d of %d quantities fail", path, report.n_failed, report.n_lines);
+        cr_expect_geq(pass_lines, 2, "%s: each pass's CE is compared", path);
+        model_reference_report_free(&report);
+    }
+}

@@ -126,6 +126,7 @@ dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, const
     p->comm = comm ? comm : dt_comm_single();
     p->batch_size = batch_size;
     p->seq_len = seq_len;
+    p->feedback = model_feedback_plain();
     if (batch_size < 1 || seq_len < 1)
         return dt_errorf("parallel step: batch %lld x %lld (both must be positive)", (long long)batch_size,
                          (long long)seq_len);
@@ -149,7 +150,9 @@ dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, const
     if (!p->contexts || !p->row_begin || !p->input_views || !p->target_views || !p->outputs || !p->extra_grads)
         goto oom;
     if (m->config.family == FAMILY_MOE) {
-        p->balance_sums = calloc((size_t)(2 * m->config.n_layer * m->config.n_expert), sizeof *p->balance_sums);
+        /* one term per application of each layer: up to MODEL_FEEDBACK_MAX_PASSES of them with feedback */
+        const int64_t terms = m->config.n_layer * (m->config.feedback ? MODEL_FEEDBACK_MAX_PASSES : 1);
+        p->balance_sums = calloc((size_t)(2 * terms * m->config.n_expert), sizeof *p->balance_sums);
         if (!p->balance_sums) goto oom;
     }
     for (int w = 0; w < workers; w++)
@@ -240,7 +243,10 @@ static dt_status worker_forward(train_parallel *p, int w, const dt_tensor *input
     const double start = w == 0 ? omp_get_wtime() : 0.0, cpu_start = w == 0 ? thread_cpu_seconds() : 0.0;
     ag_reset(ctx);
     const int previous = ag_set_grad_enabled(ctx, backward);
-    const dt_status status = model_forward(m, ctx, in, tg, out);
+    /* training: the step's feedback passes, the draws keyed by the global row */
+    model_feedback_run run = backward ? p->feedback : model_feedback_plain();
+    run.first_row += first;
+    const dt_status status = model_forward_feedback(m, ctx, in, tg, &run, out);
     ag_set_grad_enabled(ctx, previous);
     if (w == 0) {
         p->forward_seconds = omp_get_wtime() - start;
