@@ -134,19 +134,20 @@ def evaluate(c, P, tokens_all, K, lam):
 
 
 def finite_difference_grads(c, P, tokens, K, lam, step=1e-6):
+    """Central differences of the K-pass objective for every parameter element."""
+    def loss_shifted(flat, i, delta):
+        old = flat[i]
+        flat[i] = old + delta
+        try:
+            return evaluate(c, P, tokens, K, lam)["loss"]
+        finally:
+            flat[i] = old
+
     G = {}
     for name, arr in P.items():
         flat = arr.reshape(-1)
-        g = np.zeros(flat.size)
-        for i in range(flat.size):
-            old = flat[i]
-            flat[i] = old + step
-            up = evaluate(c, P, tokens, K, lam)["loss"]
-            flat[i] = old - step
-            down = evaluate(c, P, tokens, K, lam)["loss"]
-            flat[i] = old
-            g[i] = (up - down) / (2 * step)
-        G[name] = g.reshape(arr.shape)
+        G[name] = np.array([(loss_shifted(flat, i, step) - loss_shifted(flat, i, -step)) / (2 * step)
+                            for i in range(flat.size)]).reshape(arr.shape)
     return G
 
 
