@@ -31,6 +31,14 @@ static void fill(float *x, int64_t n, dt_rng *rng, float center, float spread) {
         x[i] = center + spread * (float)dt_rng_normal(rng);
 }
 
+/* A feedback model with initialised weights, and rng seeded for the test's own draws. */
+static void new_model(model *m, model_family family, uint64_t seed, dt_rng *rng) {
+    model_config c = feedback_config(family);
+    cr_assert_eq(model_create(m, &c), DT_OK, "%s", dt_error_message());
+    dt_rng_seed(rng, seed);
+    model_init_weights(m, rng);
+}
+
 /* The scalar checked: S = sum(out ⊙ r), r a fixed random weighting. */
 typedef struct {
     model m;
@@ -126,11 +134,8 @@ Test(feedback, fusion_gradient_matches_finite_differences_nanogpt) { check_fusio
 /* The row form (decode) computes the taped form's u_t at t >= 1. */
 Test(feedback, row_form_equals_taped_form) {
     model m;
-    model_config c = feedback_config(FAMILY_LLAMA);
-    cr_assert_eq(model_create(&m, &c), DT_OK, "%s", dt_error_message());
     dt_rng rng;
-    dt_rng_seed(&rng, 3);
-    model_init_weights(&m, &rng);
+    new_model(&m, FAMILY_LLAMA, 3, &rng);
     fill(dt_f32(m.feedback_w_u), C * C, &rng, 0.0f, 0.5f);
     fill(dt_f32(m.feedback_norm_in), C, &rng, 1.0f, 0.2f);
     ag_ctx ctx;
@@ -160,11 +165,8 @@ Test(feedback, row_form_equals_taped_form) {
  * keeps u_t = e_t on a prefix that varies between rows. */
 Test(feedback, training_draws_follow_the_global_row) {
     model m;
-    model_config c = feedback_config(FAMILY_LLAMA);
-    cr_assert_eq(model_create(&m, &c), DT_OK, "%s", dt_error_message());
     dt_rng rng;
-    dt_rng_seed(&rng, 5);
-    model_init_weights(&m, &rng);
+    new_model(&m, FAMILY_LLAMA, 5, &rng);
     enum { ROWS = 6, LONG = 8 };
     ag_ctx ctx;
     cr_assert_eq(ag_ctx_init(&ctx, 1 << 20), DT_OK);
@@ -209,11 +211,8 @@ Test(feedback, training_draws_follow_the_global_row) {
  * CE(1) + lambda/(K-1) sum CE(k) of the passes it reports. */
 Test(feedback, objective_weights_the_passes) {
     model m;
-    model_config c = feedback_config(FAMILY_NANOGPT);
-    cr_assert_eq(model_create(&m, &c), DT_OK, "%s", dt_error_message());
     dt_rng rng;
-    dt_rng_seed(&rng, 8);
-    model_init_weights(&m, &rng);
+    new_model(&m, FAMILY_NANOGPT, 8, &rng);
     fill(dt_f32(m.feedback_w_u), C * C, &rng, 0.0f, 0.5f);
     ag_ctx ctx;
     cr_assert_eq(ag_ctx_init(&ctx, 1 << 20), DT_OK);
@@ -233,6 +232,7 @@ Test(feedback, objective_weights_the_passes) {
     cr_expect_eq(dt_f32(out.loss_primary)[0], out.loss_passes[2], "loss_primary is pass K's");
     cr_expect_neq(out.loss_passes[1], out.loss_passes[0], "a feedback pass differs from the plain one");
     model plain;
+    model_config c = m.config;
     c.feedback = 0;
     cr_assert_eq(model_create(&plain, &c), DT_OK);
     cr_expect_eq(model_forward_feedback(&plain, &ctx, tokens, targets, &run, &out), DT_ERR);
