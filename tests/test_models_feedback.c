@@ -1,8 +1,9 @@
 /* Latent feedback (SPEC §6.5, models/feedback.h): finite-difference checks
  * of the fusion unit's gradient (the shifted gate alone, and the whole fusion
  * into every one of its inputs and parameters), the row form against the
- * taped form, and the training draws (prefix mixin, jitter) being a function
- * of the global row, not of how the batch is split. */
+ * taped form, the training draws (prefix mixin, jitter) being a function
+ * of the global row, not of how the batch is split (the decode modes:
+ * tests/test_eval_feedback.c). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
