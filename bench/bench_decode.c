@@ -17,11 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/rng.h"
-#include "bench/timing.h"
 #include "bench/bandwidth.h"
 #include "bench/bench.h"
 #include "bench/llama_table.h"
+#include "bench/timing.h"
+#include "core/rng.h"
 #include "eval/decode.h"
 #include "eval/matvec.h"
 #include "kernels/gemm.h"
@@ -47,40 +47,40 @@ typedef struct bench_options {
     int prefill_repeats;
     int matvec_check;
     uint64_t seed;
-    int table_llama; /* --table llama: the llama-bench markdown table on stdout (bench/llama_table.h) */
-    int repetitions; /* --repetitions R: prefill and tg repetitions of the table (default 5) */
+    int table_llama;             /* --table llama: the llama-bench markdown table on stdout (bench/llama_table.h) */
+    int repetitions;             /* --repetitions R: prefill and tg repetitions of the table (default 5) */
+    eval_feedback_mode feedback; /* --feedback: latent feedback decoding of every session (SPEC §6.5) */
 } bench_options;
 
 typedef struct mode_result {
     eval_decode_mode mode;
-    double prefill_seconds;  /* median */
-    double step_seconds;     /* median over decode steps */
+    double prefill_seconds;   /* median */
+    double step_seconds;      /* median over decode steps */
     double best_step_seconds; /* fastest decode step */
     double mean_step_seconds; /* total decode time / steps: what a generation loop's tokens/s sees */
-    double bytes_per_token;  /* mean weight + KV bytes read per step */
+    double bytes_per_token;   /* mean weight + KV bytes read per step */
     double weight_bytes, kv_bytes;
     double matrix_loads, expert_loads; /* mean per step */
 } mode_result;
 
-
-
-
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: dbranch bench decode (--model CKPT.h5 | --config FILE.ini [--set KEY=VALUE]...)\n"
-            "                            [--prompt-len P] [--tokens N] [--threads K] [--json]\n"
-            "                            [--matvec own|blis] [--matvec-check] [--probe-mib M] [--probe-every R]\n"
-            "                            [--seed S] [--table llama] [--repetitions R]\n\n"
-            "Random weights (model_init_weights) with --config. Reports, for baseline (primary path only),\n"
-            "grouped and un-grouped Decode-Branch decode: prefill tokens/s, decode ms/token (median),\n"
-            "bytes read per token, effective GB/s against a read-bandwidth probe run in the same process,\n"
-            "and the ratios to baseline. --json prints JSON on stdout (the table goes to stderr).\n"
-            "--matvec-check also times every primary matrix at M = 1, 2 with eval_matvec and with BLIS.\n"
-            "--probe-every R: one probe pass every R decode rounds for a model larger than the last-level cache\n"
-            "(default 4); 0 probes only before and after, so decoding runs uninterrupted like a generation loop.\n"
-            "--table llama prints llama-bench's markdown table on stdout instead (rows pp<P> and tg<N> per mode,\n"
-            "tokens/s mean ± sd over --repetitions R runs, default 5; build commit and CPU below; the usual\n"
-            "table goes to stderr).\n");
+    fprintf(out, "usage: dbranch bench decode (--model CKPT.h5 | --config FILE.ini [--set KEY=VALUE]...)\n"
+                 "                            [--prompt-len P] [--tokens N] [--threads K] [--json]\n"
+                 "                            [--matvec own|blis] [--matvec-check] [--probe-mib M] [--probe-every R]\n"
+                 "                            [--seed S] [--table llama] [--repetitions R]\n"
+                 "                            [--feedback standard|soft|fused]\n\n"
+                 "Random weights (model_init_weights) with --config. Reports, for baseline (primary path only),\n"
+                 "grouped and un-grouped Decode-Branch decode: prefill tokens/s, decode ms/token (median),\n"
+                 "bytes read per token, effective GB/s against a read-bandwidth probe run in the same process,\n"
+                 "and the ratios to baseline. --json prints JSON on stdout (the table goes to stderr).\n"
+                 "--feedback (models with feedback = 1): soft steps fuse the previous top state into the input\n"
+                 "(two C x C products per step); fused also runs a feedback pass over the prompt.\n"
+                 "--matvec-check also times every primary matrix at M = 1, 2 with eval_matvec and with BLIS.\n"
+                 "--probe-every R: one probe pass every R decode rounds for a model larger than the last-level cache\n"
+                 "(default 4); 0 probes only before and after, so decoding runs uninterrupted like a generation loop.\n"
+                 "--table llama prints llama-bench's markdown table on stdout instead (rows pp<P> and tg<N> per mode,\n"
+                 "tokens/s mean ± sd over --repetitions R runs, default 5; build commit and CPU below; the usual\n"
+                 "table goes to stderr).\n");
 }
 
 /* ---- model from a config file ([model] section, SPEC §4 keys) ------------- */
@@ -157,6 +157,8 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
             if (!parse_int64(v, 1, &n) || n > 1000)
                 return dt_errorf("--repetitions %s: expected an integer in [1, 1000]", v);
             o->repetitions = (int)n;
+        } else if (!strcmp(a, "--feedback")) {
+            if (eval_feedback_mode_parse(v, &o->feedback) != DT_OK) return DT_ERR;
         } else if (!strcmp(a, "--matvec")) {
             if (!strcmp(v, "own"))
                 o->matvec = EVAL_MATVEC_OWN;
@@ -190,20 +192,21 @@ static int64_t collect_matrices(const model *m, matrix_ref *out, int64_t capacit
     for (int64_t l = 0; l < m->config.n_layer; l++) {
         const model_block_weights *w = &m->layers[l].primary;
         const dt_tensor *list[4 + MODEL_FFN_SLOTS] = {w->wq, w->wk, w->wv, w->wo};
-        for (int slot = 0; slot < MODEL_FFN_SLOTS; slot++) list[4 + slot] = w->ffn[slot];
+        for (int slot = 0; slot < MODEL_FFN_SLOTS; slot++)
+            list[4 + slot] = w->ffn[slot];
         for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
             const dt_tensor *t = list[i];
             if (!t || t->ndim != 2 || n == capacity) continue; /* vectors and 3-D expert tensors: skipped */
             out[n++] = (matrix_ref){(const float *)t->data, t->shape[0], t->shape[1]};
         }
     }
-    if (n < capacity) out[n++] = (matrix_ref){(const float *)m->lm_head->data, m->lm_head->shape[0], m->lm_head->shape[1]};
+    if (n < capacity)
+        out[n++] = (matrix_ref){(const float *)m->lm_head->data, m->lm_head->shape[0], m->lm_head->shape[1]};
     return n;
 }
 
 /* One pass over all matrices at M rows with eval_matvec (own) or BLIS; seconds. */
-static double matvec_sweep_seconds(const matrix_ref *mats, int64_t n, int64_t M, int own, const float *in,
-                                   float *out) {
+static double matvec_sweep_seconds(const matrix_ref *mats, int64_t n, int64_t M, int own, const float *in, float *out) {
     double t0 = bench_now_seconds();
     for (int64_t i = 0; i < n; i++) {
         if (own)
@@ -218,7 +221,8 @@ static double matvec_sweep_seconds(const matrix_ref *mats, int64_t n, int64_t M,
  * so a busy machine slows them alike. GB/s of weights streamed. */
 static void matvec_check(const matrix_ref *mats, int64_t n, const float *in, float *out, double gbps[2][2]) {
     double bytes = 0.0, best[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
-    for (int64_t i = 0; i < n; i++) bytes += (double)(mats[i].rows * mats[i].cols) * 4.0;
+    for (int64_t i = 0; i < n; i++)
+        bytes += (double)(mats[i].rows * mats[i].cols) * 4.0;
     for (int rep = 0; rep < 5; rep++)
         for (int variant = 0; variant < 2; variant++)
             for (int64_t M = 1; M <= 2; M++) {
@@ -226,7 +230,8 @@ static void matvec_check(const matrix_ref *mats, int64_t n, const float *in, flo
                 if (dt < best[variant][M - 1]) best[variant][M - 1] = dt;
             }
     for (int variant = 0; variant < 2; variant++)
-        for (int M = 0; M < 2; M++) gbps[variant][M] = bytes / best[variant][M] * 1e-9;
+        for (int M = 0; M < 2; M++)
+            gbps[variant][M] = bytes / best[variant][M] * 1e-9;
 }
 
 static void print_json_string(FILE *out, const char *s) {
@@ -323,7 +328,8 @@ int bench_decode_main(int argc, char **argv) {
     }
     dt_rng rng;
     dt_rng_seed(&rng, o.seed + 1);
-    for (int64_t t = 0; t < n_seq; t++) tokens[t] = (int32_t)dt_rng_below(&rng, (uint64_t)c->vocab_size);
+    for (int64_t t = 0; t < n_seq; t++)
+        tokens[t] = (int32_t)dt_rng_below(&rng, (uint64_t)c->vocab_size);
 
     /* A model without a branch has only the baseline. */
     int n_modes = c->branch == BRANCH_DECODE ? N_MODES : 1;
@@ -331,6 +337,7 @@ int bench_decode_main(int argc, char **argv) {
     for (int i = 0; i < n_modes; i++) {
         if (eval_decode_init(&sessions[i], &m, modes[i], o.prompt_len) != DT_OK) goto fail;
         sessions[i].matvec = o.matvec;
+        sessions[i].feedback = o.feedback;
         n_sessions++;
         results[i].mode = modes[i];
     }
@@ -349,7 +356,8 @@ int bench_decode_main(int argc, char **argv) {
     int interleave = o.probe_every > 0 && (double)model_param_count(&m, PARAM_PRIMARY) * 4.0 > (double)llc_bytes;
     if (bench_read_probe_init(&probe, o.probe_mib << 20) != DT_OK) goto fail;
     int n_probe = 0;
-    for (int p = 0; p < o.probe_passes; p++) probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
+    for (int p = 0; p < o.probe_passes; p++)
+        probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
 
     /* Prefill: one warm-up, then repeats; modes in a rotating order. */
     for (int i = 0; i < n_modes; i++)
@@ -379,7 +387,8 @@ int bench_decode_main(int argc, char **argv) {
         }
         if (interleave && t % o.probe_every == o.probe_every - 1) probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
     }
-    for (int p = 0; p < (interleave ? 2 : o.probe_passes); p++) probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
+    for (int p = 0; p < (interleave ? 2 : o.probe_passes); p++)
+        probe_gbps[n_probe++] = bench_read_probe_pass(&probe);
     /* --table llama: per repetition, pp from the prefill rounds above, tg from the decode round above
      * plus repetitions - 1 more (each after an untimed prefill), before the medians below sort the times. */
     if (o.table_llama) {
@@ -391,7 +400,8 @@ int bench_decode_main(int argc, char **argv) {
         }
         memcpy(llama_pp, prefill_times, (size_t)(N_MODES * o.repetitions) * sizeof(double));
         for (int i = 0; i < n_modes; i++)
-            for (int64_t t = 0; t < o.n_tokens; t++) llama_tg[i * o.repetitions] += step_times[i * o.n_tokens + t];
+            for (int64_t t = 0; t < o.n_tokens; t++)
+                llama_tg[i * o.repetitions] += step_times[i * o.n_tokens + t];
         for (int r = 1; r < o.repetitions; r++) {
             for (int i = 0; i < n_modes; i++)
                 if (eval_decode_prefill(&sessions[i], tokens, o.prompt_len, NULL) != DT_OK) goto fail;
@@ -407,10 +417,12 @@ int bench_decode_main(int argc, char **argv) {
     double probe_best = bench_read_probe_best_gbps(&probe), probe_median = bench_median_sort(probe_gbps, n_probe);
     for (int i = 0; i < n_modes; i++) {
         double total = 0.0;
-        for (int64_t t = 0; t < o.n_tokens; t++) total += step_times[i * o.n_tokens + t];
+        for (int64_t t = 0; t < o.n_tokens; t++)
+            total += step_times[i * o.n_tokens + t];
         results[i].mean_step_seconds = total / (double)o.n_tokens;
         results[i].prefill_seconds = bench_median_sort(prefill_times + i * o.prefill_repeats, o.prefill_repeats);
-        results[i].step_seconds = bench_median_sort(step_times + i * o.n_tokens, o.n_tokens); /* sorts: [0] is the fastest */
+        results[i].step_seconds =
+            bench_median_sort(step_times + i * o.n_tokens, o.n_tokens); /* sorts: [0] is the fastest */
         results[i].best_step_seconds = step_times[i * o.n_tokens];
         results[i].bytes_per_token = results[i].weight_bytes + results[i].kv_bytes;
     }
@@ -418,7 +430,8 @@ int bench_decode_main(int argc, char **argv) {
     /* Optional: the M = 1, 2 products alone, eval_matvec vs BLIS, over every primary matrix. */
     double matvec_gbps[2][2] = {{0}}; /* [own/blis][M-1] */
     if (o.matvec_check) {
-        int64_t capacity = 16 * c->n_layer + 1, widest = c->vocab_size > 4 * c->d_model ? c->vocab_size : 4 * c->d_model;
+        int64_t capacity = 16 * c->n_layer + 1,
+                widest = c->vocab_size > 4 * c->d_model ? c->vocab_size : 4 * c->d_model;
         if (c->d_ff > widest) widest = c->d_ff;
         mats = malloc((size_t)capacity * sizeof *mats);
         matvec_in = calloc((size_t)(2 * widest), sizeof(float));
@@ -427,7 +440,8 @@ int bench_decode_main(int argc, char **argv) {
             dt_errorf("out of memory");
             goto fail;
         }
-        for (int64_t j = 0; j < 2 * widest; j++) matvec_in[j] = 0.01f * (float)(j % 7);
+        for (int64_t j = 0; j < 2 * widest; j++)
+            matvec_in[j] = 0.01f * (float)(j % 7);
         int64_t n_mats = collect_matrices(&m, mats, capacity);
         matvec_check(mats, n_mats, matvec_in, matvec_out, matvec_gbps);
     }
@@ -444,29 +458,32 @@ int bench_decode_main(int argc, char **argv) {
             "(%d passes of %lld MiB, %s)\n",
             (long long)o.prompt_len, (long long)o.n_tokens, o.matvec == EVAL_MATVEC_OWN ? "own" : "blis", probe_best,
             probe_median, n_probe, (long long)o.probe_mib,
-            interleave              ? "interleaved with the run"
-            : o.probe_every == 0    ? "before and after: --probe-every 0"
-                                    : "before and after: the model fits in the last-level cache");
+            interleave           ? "interleaved with the run"
+            : o.probe_every == 0 ? "before and after: --probe-every 0"
+                                 : "before and after: the model fits in the last-level cache");
     fprintf(table, "%-10s %14s %14s %10s %12s %10s %8s %10s %8s\n", "mode", "prefill tok/s", "decode ms/tok", "tok/s",
             "MB read/tok", "GB/s", "% probe", "x baseline", "experts");
     for (int i = 0; i < n_modes; i++) {
         const mode_result *r = &results[i];
         double gbps = r->bytes_per_token / r->step_seconds * 1e-9;
-        fprintf(table, "%-10s %14.1f %14.3f %10.2f %12.2f %10.2f %7.1f%% %10.3f %8.1f\n", eval_decode_mode_name(r->mode),
-                (double)o.prompt_len / r->prefill_seconds, r->step_seconds * 1e3, 1.0 / r->step_seconds,
-                r->bytes_per_token * 1e-6, gbps, 100.0 * gbps / probe_best, r->step_seconds / results[0].step_seconds,
-                r->expert_loads);
+        fprintf(table, "%-10s %14.1f %14.3f %10.2f %12.2f %10.2f %7.1f%% %10.3f %8.1f\n",
+                eval_decode_mode_name(r->mode), (double)o.prompt_len / r->prefill_seconds, r->step_seconds * 1e3,
+                1.0 / r->step_seconds, r->bytes_per_token * 1e-6, gbps, 100.0 * gbps / probe_best,
+                r->step_seconds / results[0].step_seconds, r->expert_loads);
     }
-    fprintf(table, "(ms/token: median over the run; GB/s: bytes read per token / median time; %% probe: of the best "
-                   "probe pass; fastest steps: %.1f%% of the probe for baseline)\n",
+    fprintf(table,
+            "(ms/token: median over the run; GB/s: bytes read per token / median time; %% probe: of the best "
+            "probe pass; fastest steps: %.1f%% of the probe for baseline)\n",
             100.0 * results[0].bytes_per_token / results[0].best_step_seconds * 1e-9 / probe_best);
     fprintf(table, "mean over all decode steps (total time / steps), tok/s:");
     for (int i = 0; i < n_modes; i++)
         fprintf(table, " %s %.2f", eval_decode_mode_name(results[i].mode), 1.0 / results[i].mean_step_seconds);
     fprintf(table, "\n");
     if (o.matvec_check)
-        fprintf(table, "matvec sweep over all primary matrices, GB/s: eval_matvec M=1 %.2f M=2 %.2f | BLIS M=1 %.2f M=2 %.2f\n",
-                matvec_gbps[0][0], matvec_gbps[0][1], matvec_gbps[1][0], matvec_gbps[1][1]);
+        fprintf(
+            table,
+            "matvec sweep over all primary matrices, GB/s: eval_matvec M=1 %.2f M=2 %.2f | BLIS M=1 %.2f M=2 %.2f\n",
+            matvec_gbps[0][0], matvec_gbps[0][1], matvec_gbps[1][0], matvec_gbps[1][1]);
 
     if (o.json) {
         printf("{\"bench\": \"decode\", \"source\": ");
@@ -498,9 +515,9 @@ int bench_decode_main(int argc, char **argv) {
                    "\"ms_ratio_to_baseline\": %.4f}",
                    i ? "," : "", eval_decode_mode_name(r->mode), (double)o.prompt_len / r->prefill_seconds,
                    r->prefill_seconds * 1e3, r->step_seconds * 1e3, r->best_step_seconds * 1e3, 1.0 / r->step_seconds,
-                   r->mean_step_seconds * 1e3, 1.0 / r->mean_step_seconds,
-                   r->bytes_per_token, r->weight_bytes, r->kv_bytes, r->matrix_loads, r->expert_loads, gbps,
-                   gbps / probe_best, gbps_best / probe_best, r->step_seconds / results[0].step_seconds);
+                   r->mean_step_seconds * 1e3, 1.0 / r->mean_step_seconds, r->bytes_per_token, r->weight_bytes,
+                   r->kv_bytes, r->matrix_loads, r->expert_loads, gbps, gbps / probe_best, gbps_best / probe_best,
+                   r->step_seconds / results[0].step_seconds);
         }
         printf("\n ]");
         if (n_modes == N_MODES)
@@ -509,8 +526,9 @@ int bench_decode_main(int argc, char **argv) {
                    results[1].step_seconds / results[0].step_seconds, results[2].step_seconds / results[0].step_seconds,
                    results[1].prefill_seconds / results[0].prefill_seconds);
         if (o.matvec_check)
-            printf(",\n \"matvec_sweep_gbps\": {\"own_m1\": %.3f, \"own_m2\": %.3f, \"blis_m1\": %.3f, \"blis_m2\": %.3f}",
-                   matvec_gbps[0][0], matvec_gbps[0][1], matvec_gbps[1][0], matvec_gbps[1][1]);
+            printf(
+                ",\n \"matvec_sweep_gbps\": {\"own_m1\": %.3f, \"own_m2\": %.3f, \"blis_m1\": %.3f, \"blis_m2\": %.3f}",
+                matvec_gbps[0][0], matvec_gbps[0][1], matvec_gbps[1][0], matvec_gbps[1][1]);
         printf("\n}\n");
     }
     if (o.table_llama) print_llama_table(&o, &m, threads, n_modes, results, llama_pp, llama_tg);
@@ -519,7 +537,8 @@ int bench_decode_main(int argc, char **argv) {
 fail:
     fprintf(stderr, "dbranch bench decode: %s\n", dt_error_message());
 done:
-    for (int i = 0; i < n_sessions; i++) eval_decode_free(&sessions[i]);
+    for (int i = 0; i < n_sessions; i++)
+        eval_decode_free(&sessions[i]);
     if (have_model) model_free(&m);
     bench_read_probe_free(&probe);
     free(tokens);

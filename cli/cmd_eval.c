@@ -15,12 +15,17 @@
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch eval --model CKPT.h5 --data DATA.h5 [--split val|train] [--windows N]\n"
                  "                    [--seq-len T] [--prompt-len P] [--method tf|decode]\n"
-                 "                    [--decode grouped|ungrouped|baseline] [--threads K] [--json]\n\n"
+                 "                    [--decode grouped|ungrouped|baseline] [--threads K] [--json]\n"
+                 "                    [--feedback standard|soft|fused]\n\n"
                  "Mean loss over non-overlapping windows of the split (all of them unless --windows):\n"
                  "the mixture NLL for a Decode-Branch model (loss), the primary and branch cross-entropies,\n"
                  "the mean alpha and bits per byte. --seq-len defaults to the model's block_size.\n"
                  "--prompt-len P: score positions P-1.. only, through the decode engine (prefill P tokens,\n"
-                 "then one step per token) unless --method tf.\n");
+                 "then one step per token) unless --method tf.\n"
+                 "--feedback (models with feedback = 1, SPEC §6.5): the decode engine's latent feedback\n"
+                 "mode (soft: each step fuses the previous top state; fused: also one feedback pass over\n"
+                 "the prompt); teacher-forced, soft and fused run the forward with seq_len passes\n"
+                 "(soft decoding from each window's first token).\n");
 }
 
 /* 1 when text is an integer in [min, max] (cli/args.c prints nothing: the caller's line names option and value). */
@@ -80,6 +85,8 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--method")) {
             method = v;
             ok = !strcmp(v, "tf") || !strcmp(v, "decode");
+        } else if (!strcmp(a, "--feedback")) {
+            ok = eval_feedback_mode_parse(v, &options.feedback) == DT_OK;
         } else if (!strcmp(a, "--decode")) {
             decode_given = 1;
             if (!strcmp(v, "grouped"))

@@ -191,7 +191,7 @@ static void layout(eval_decode_session *s, planner *p) {
     r->route_index = take(p, d.L * 2 * MAX_TOP_K, i);
     r->route_gates = take(p, d.L * 2 * MAX_TOP_K, f);
     const int64_t feedback_C = s->model->config.feedback ? d.C : 0;
-    s->feedback_top = take(p, feedback_C, f);
+    s->feedback_top = feedback_C ? take(p, feedback_C, f) : NULL; /* NULL: no top state to keep */
     s->feedback_scratch = take(p, 3 * feedback_C, f);
     s->team.n_stages = (int)team_stages(&d);
     s->team.stages = take(p, s->team.n_stages, sizeof(eval_team_stage));

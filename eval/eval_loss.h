@@ -27,12 +27,17 @@
 typedef enum { EVAL_TEACHER_FORCED = 0, EVAL_DECODE = 1 } eval_loss_method;
 
 typedef struct eval_loss_options {
-    data_split split;            /* SPLIT_VAL by default */
-    int64_t n_windows;           /* 0: every window of the split; more than the split holds: all of them */
-    int64_t seq_len;             /* 0: the model's block_size */
-    int64_t prompt_len;          /* 0: score every position (teacher-forced only); P: positions P-1.. */
-    eval_loss_method method;     /* EVAL_DECODE needs prompt_len >= 1 */
+    data_split split;             /* SPLIT_VAL by default */
+    int64_t n_windows;            /* 0: every window of the split; more than the split holds: all of them */
+    int64_t seq_len;              /* 0: the model's block_size */
+    int64_t prompt_len;           /* 0: score every position (teacher-forced only); P: positions P-1.. */
+    eval_loss_method method;      /* EVAL_DECODE needs prompt_len >= 1 */
     eval_decode_mode decode_mode; /* engine mode for EVAL_DECODE (grouped by default) */
+    /* Latent feedback decoding (feedback models, SPEC §6.5): with EVAL_DECODE
+     * the engine's mode; teacher-forced, soft and fused both run the forward
+     * with K = seq_len passes, which is soft decoding from the window's first
+     * token (fused differs from soft only through a prompt). */
+    eval_feedback_mode feedback;
 } eval_loss_options;
 
 typedef struct eval_loss_result {
