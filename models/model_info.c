@@ -13,10 +13,10 @@
 
 /* One layer's tensors, in floats, split by what a decode step does with them. */
 typedef struct {
-    int64_t norms;    /* attn_norm, ffn_norm (+ biases) */
+    int64_t norms;       /* attn_norm, ffn_norm (+ biases) */
     int64_t routes;      /* attn_res: the layer's two routes' query and norm weight */
     int64_t routes_read; /* the part a decode step reads (layer 0's attention route: none) */
-    int64_t q, kv, o; /* wq; wk + wv; wo (weights only) */
+    int64_t q, kv, o;    /* wq; wk + wv; wo (weights only) */
     int64_t q_bias, kv_bias, o_bias;
     model_ffn_cost ffn; /* the FFN kind's own figures */
     int64_t couple;     /* couple_q + couple_hidden + couple_out (0 without coupling) */
@@ -98,6 +98,10 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     info->other_params_primary =
         V * C + (a->position->learned_table ? a->T_max * C : 0) + final_norm + (a->tie_embeddings ? 0 : head);
     info->other_params_branch = a->branch_own_emb ? V * C : 0;
+    info->feedback_params = c.feedback ? 2 * C * C + 2 * C : 0;
+    info->other_params_primary += info->feedback_params;
+    info->feedback_weight_bytes = 4.0 * (double)info->feedback_params;
+    info->feedback_decode_flops = c.feedback ? 4.0 * (double)(C * C) : 0.0;
     info->params_primary = info->other_params_primary;
     info->params_branch = info->other_params_branch;
     info->matmul_params_primary = head;

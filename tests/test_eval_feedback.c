@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "eval/decode.h"
 #include "models/model.h"
+#include "models/model_info.h"
 
 enum { C = 8 };
 
@@ -113,3 +114,30 @@ static void check_decode_modes(model_family family) {
 Test(feedback, soft_decode_equals_the_n_pass_forward_llama) { check_decode_modes(FAMILY_LLAMA); }
 Test(feedback, soft_decode_equals_the_n_pass_forward_nanogpt) { check_decode_modes(FAMILY_NANOGPT); }
 Test(feedback, soft_decode_equals_the_n_pass_forward_moe) { check_decode_modes(FAMILY_MOE); }
+
+/* `dbranch info`'s cost model (models/model_info.h) counts the feedback
+ * parameters as model_create allocates them, and a soft step's extra weight
+ * bytes as the decode engine's counters see them. */
+Test(feedback, cost_model_counts_the_fusion) {
+    model m;
+    dt_rng rng;
+    new_model(&m, FAMILY_LLAMA, &rng);
+    model_info info;
+    cr_assert_eq(model_info_compute(&m.config, 0, &info), DT_OK, "%s", dt_error_message());
+    cr_expect_eq(info.params_total, model_param_count(&m, -1));
+    cr_expect_eq(info.feedback_params, 2 * C * C + 2 * C);
+    eval_decode_session s;
+    cr_assert_eq(eval_decode_init(&s, &m, EVAL_DECODE_BASELINE, 0), DT_OK);
+    const int32_t tokens[2] = {3, 4};
+    double bytes[2];
+    for (int k = 0; k < 2; k++) {
+        s.feedback = k ? EVAL_FEEDBACK_SOFT : EVAL_FEEDBACK_STANDARD;
+        cr_assert_eq(eval_decode_prefill(&s, tokens, 1, NULL), DT_OK);
+        cr_assert_eq(eval_decode_step(&s, tokens[1]), DT_OK);
+        bytes[k] = s.traffic.weight_bytes;
+    }
+    cr_expect_float_eq(bytes[0], info.weight_bytes_baseline, 1e-6, "a standard step is the baseline");
+    cr_expect_float_eq(bytes[1] - bytes[0], info.feedback_weight_bytes, 1e-6);
+    eval_decode_free(&s);
+    model_free(&m);
+}
