@@ -59,6 +59,7 @@ typedef struct bench_options {
     int repetitions;               /* --repetitions R: prefill and tg repetitions of the table (default 5) */
     dt_dtype weights[MAX_WEIGHTS]; /* --weights fp32 | bf16 | fp32,bf16 (default fp32) */
     int n_weights;
+    eval_feedback_mode feedback;   /* --feedback: latent feedback decoding of every session (SPEC §6.5) */
 } bench_options;
 
 typedef struct mode_result {
@@ -80,11 +81,14 @@ static void usage(FILE *out) {
         "usage: dbranch bench decode (--model CKPT.h5 | --config FILE.ini [--set KEY=VALUE]...)\n"
         "                            [--prompt-len P] [--tokens N] [--threads K] [--json]\n"
         "                            [--matvec own|blis] [--matvec-check] [--probe-mib M] [--probe-every R]\n"
-        "                            [--seed S] [--table llama] [--repetitions R] [--weights fp32|bf16|fp32,bf16]\n\n"
+        "                            [--seed S] [--table llama] [--repetitions R] [--weights fp32|bf16|fp32,bf16]\n"
+        "                            [--feedback standard|soft|fused]\n\n"
         "Random weights (model_init_weights) with --config. Reports, for baseline (primary path only),\n"
         "grouped and un-grouped Decode-Branch decode: prefill tokens/s, decode ms/token (median),\n"
         "bytes read per token, effective GB/s against a read-bandwidth probe run in the same process,\n"
         "and the ratios to baseline. --json prints JSON on stdout (the table goes to stderr).\n"
+        "--feedback (models with feedback = 1): soft steps fuse the previous top state into the input\n"
+        "(two C x C products per step); fused also runs a feedback pass over the prompt.\n"
         "--matvec-check also times every primary matrix at M = 1, 2 with eval_matvec and with BLIS.\n"
         "--probe-every R: one probe pass every R decode rounds for a model larger than the last-level cache\n"
         "(default 4); 0 probes only before and after, so decoding runs uninterrupted like a generation loop.\n"
@@ -182,6 +186,8 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
             } else if (eval_decode_weights_parse(v, &o->weights[0]) != DT_OK) {
                 return dt_errorf("--weights %s: expected fp32, bf16 or fp32,bf16", v);
             }
+        } else if (!strcmp(a, "--feedback")) {
+            if (eval_feedback_mode_parse(v, &o->feedback) != DT_OK) return DT_ERR;
         } else if (!strcmp(a, "--matvec")) {
             if (!strcmp(v, "own"))
                 o->matvec = EVAL_MATVEC_OWN;
@@ -378,6 +384,7 @@ int bench_decode_main(int argc, char **argv) {
         if (eval_decode_init(&sessions[i], &m, r->mode, o.prompt_len) != DT_OK) goto fail;
         sessions[i].matvec = o.matvec;
         sessions[i].weights = r->weights == DT_BF16 ? &bf16_weights : NULL;
+        sessions[i].feedback = o.feedback;
         n_sessions++;
     }
 

@@ -19,7 +19,7 @@ static void usage(FILE *out) {
     fprintf(out, "usage: dbranch eval --model CKPT.h5 --data DATA.h5 [--split val|train] [--windows N]\n"
                  "                    [--seq-len T] [--prompt-len P] [--method tf|decode]\n"
                  "                    [--decode grouped|ungrouped|baseline] [--weights fp32|bf16] [--threads K]\n"
-                 "                    [--json]\n\n"
+                 "                    [--feedback standard|soft|fused] [--json]\n\n"
                  "Mean loss over non-overlapping windows of the split (all of them unless --windows):\n"
                  "the mixture NLL for a Decode-Branch model (loss), the primary and branch cross-entropies,\n"
                  "the mean alpha and bits per byte. --seq-len defaults to the model's block_size.\n"
@@ -31,7 +31,11 @@ static void usage(FILE *out) {
                  "position in the record.\n"
                  "Several processes: `mpirun -n N --bind-to none -x OMP_NUM_THREADS dbranch eval ...` (a build with\n"
                  "-DDBRANCH_MPI=ON): window w is scored by process w %% N, rank 0 prints the same figures as one\n"
-                 "process would, to the bit.\n");
+                 "process would, to the bit.\n"
+                 "--feedback (models with feedback = 1, SPEC §6.5): the decode engine's latent feedback\n"
+                 "mode (soft: each step fuses the previous top state; fused: also one feedback pass over\n"
+                 "the prompt); teacher-forced, soft and fused run the forward with seq_len passes\n"
+                 "(soft decoding from each window's first token).\n");
 }
 
 /* 1 when text is an integer in [min, max] (cli/args.c prints nothing: the caller's line names option and value). */
@@ -125,6 +129,8 @@ int cmd_eval(int argc, char **argv) {
         } else if (!strcmp(a, "--weights")) {
             weights_given = v;
             ok = eval_decode_weights_parse(v, &weights_type) == DT_OK;
+        } else if (!strcmp(a, "--feedback")) {
+            ok = eval_feedback_mode_parse(v, &options.feedback) == DT_OK;
         } else if (!strcmp(a, "--decode")) {
             decode_given = 1;
             if (!strcmp(v, "grouped"))

@@ -19,7 +19,8 @@ static void usage(FILE *out) {
     fprintf(out, "usage: dbranch generate --model CKPT.h5 --prompt TEXT|--prompt-file FILE [--tokens N]\n"
                  "                        [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
                  "                        [--data DATA.h5 | --tokenizer FILE.h5]\n"
-                 "                        [--decode grouped|ungrouped|baseline] [--threads K] [--weights fp32|bf16]\n\n"
+                 "                        [--decode grouped|ungrouped|baseline] [--threads K] [--weights fp32|bf16]\n"
+                 "                        [--feedback standard|soft|fused]\n\n"
                  "Samples N tokens (default 64) after the prompt from the model's distribution: the\n"
                  "Decode-Branch mixture for a branch model (--decode baseline: the primary alone).\n"
                  "Temperature 0 is greedy; --top-k keeps the K most likely tokens, --top-p (in (0, 1])\n"
@@ -29,7 +30,10 @@ static void usage(FILE *out) {
                  "the prefill; eval: the decode steps and sampling after it). The tokenizer is read\n"
                  "from the dataset (or tokenizer) file, or byte-level when the vocabulary is 256.\n"
                  "--weights bf16 decodes with a bfloat16 copy of the matrices made at load (half the bytes per\n"
-                 "token; norms, biases and coupling vectors stay float32).\n");
+                 "token; norms, biases and coupling vectors stay float32).\n"
+                 "--feedback (models with feedback = 1, SPEC §6.5): standard embeds every token;\n"
+                 "soft feeds each step the previous position's top state fused with its token;\n"
+                 "fused also runs one feedback pass over the prompt before soft decoding.\n");
 }
 
 /* The whole of path (at most 16 MiB) as the prompt; *n its bytes. */
@@ -128,6 +132,8 @@ int cmd_generate(int argc, char **argv) {
                 options.mode = EVAL_DECODE_BASELINE;
             else
                 ok = 0;
+        } else if (!strcmp(a, "--feedback")) {
+            ok = eval_feedback_mode_parse(v, &options.feedback) == DT_OK;
         } else {
             fprintf(stderr, "dbranch generate: unknown option %s (try --help)\n", a);
             return 2;

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "core/input_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "models/config_file.h"
 #include "models/model_info.h"
 #include "models/model_io.h"
@@ -108,6 +108,11 @@ static void print_info(const char *source, const model_info *info) {
            human(info->weight_bytes_baseline, b, sizeof b), human(info->kv_bytes_baseline, d, sizeof d));
     if (c->family == FAMILY_MOE) printf("   %lld", (long long)info->experts_baseline);
     printf("\n");
+    if (c->feedback) /* SPEC §6.5: soft and fused decoding fuse each step's input */
+        printf("  soft feedback step      %14s %15s %12s\n",
+               human(info->decode_flops_baseline + info->feedback_decode_flops, a, sizeof a),
+               human(info->weight_bytes_baseline + info->feedback_weight_bytes, b, sizeof b),
+               human(info->kv_bytes_baseline, d, sizeof d));
     if (branch) {
         printf("  Decode-Branch grouped   %14s %15s %12s", human(info->decode_flops_branch, a, sizeof a),
                human(info->weight_bytes_grouped, b, sizeof b), human(info->kv_bytes_grouped, d, sizeof d));

@@ -102,6 +102,19 @@ static float *cache_of(const eval_decode_session *s, float *cache, int64_t j) {
 
 static const float *data_of(const dt_tensor *t) { return t ? (const float *)t->data : NULL; }
 
+const char *eval_feedback_mode_name(eval_feedback_mode mode) {
+    return mode == EVAL_FEEDBACK_SOFT ? "soft" : mode == EVAL_FEEDBACK_FUSED ? "fused" : "standard";
+}
+
+dt_status eval_feedback_mode_parse(const char *text, eval_feedback_mode *mode) {
+    for (int i = EVAL_FEEDBACK_STANDARD; i <= EVAL_FEEDBACK_FUSED; i++)
+        if (!strcmp(text, eval_feedback_mode_name((eval_feedback_mode)i))) {
+            *mode = (eval_feedback_mode)i;
+            return DT_OK;
+        }
+    return dt_errorf("--feedback '%s' must be standard, soft or fused", text);
+}
+
 const char *eval_decode_mode_name(eval_decode_mode mode) {
     switch (mode) {
     case EVAL_DECODE_BASELINE:
@@ -197,6 +210,9 @@ static void layout(eval_decode_session *s, planner *p) {
     r->attn_scratch = take(p, 2 * d.H * T, f);
     r->route_index = take(p, s->model->arch.n_loop * d.L * 2 * MAX_TOP_K, i); /* per applied layer: ffn_rows */
     r->route_gates = take(p, s->model->arch.n_loop * d.L * 2 * MAX_TOP_K, f);
+    const int64_t feedback_C = s->model->config.feedback ? d.C : 0;
+    s->feedback_top = feedback_C ? take(p, feedback_C, f) : NULL; /* NULL: no top state to keep */
+    s->feedback_scratch = take(p, 3 * feedback_C, f);
     s->team.n_stages = (int)team_stages(&d, a->n_loop);
     s->team.stages = take(p, s->team.n_stages, sizeof(eval_team_stage));
 
@@ -218,6 +234,7 @@ static void layout(eval_decode_session *s, planner *p) {
     b->mean = take(p, R, f);
     b->rstd = take(p, R, f);
     b->lse = take(p, d.H * P, f);
+    b->feedback_inputs = take(p, P * feedback_C, f);
     if (d.moe) {
         b->expert_in = take(p, R * d.C, f);
         b->expert_out = take(p, R * d.C, f);
@@ -671,13 +688,19 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             k_embedding_forward_range(r->h + row * d.C, data_of(row == 0 ? m->tok_emb : m->branch_tok_emb), &token, 1,
                                       d.C);
             if (m->pos_emb) k_accumulate_range(r->h + row * d.C, data_of(m->pos_emb) + pos * d.C, d.C);
+            if (row == 0 && s->feedback != EVAL_FEEDBACK_STANDARD) { /* u_t = fuse(h_{t-1}, e_t) */
+                float *e = s->feedback_scratch + 2 * d.C;
+                memcpy(e, r->h, (size_t)d.C * sizeof(float));
+                model_feedback_fuse_row(r->h, s->feedback_top, e, m, s->feedback_scratch);
+            }
             /* attn_res: s_0 is the embedding, and the first route (one source) is s_0 itself */
             if (m->arch.routed) memcpy(r->history + row * d.C, r->h + row * d.C, (size_t)d.C * sizeof(float));
         }
         norm(s, x, r->mean, r->rstd, h, m->layers[0].attn_norm, m->layers[0].attn_norm_bias, n_rows, d.C);
     }
     count_weight(s, n_rows * d.C + (m->pos_emb ? d.C : 0)); /* the rows' embedding rows, one pos_emb row for both */
-    const int64_t n_applied = m->arch.n_loop * d.L;         /* SPEC §6.6: the stack n_loop times */
+    if (row0 == 0 && s->feedback != EVAL_FEEDBACK_STANDARD) count_weight(s, 2 * d.C * d.C + 2 * d.C); /* the fusion */
+    const int64_t n_applied = m->arch.n_loop * d.L; /* SPEC §6.6: the stack n_loop times */
     for (int64_t j = 0; j < n_applied; j++) {
         const int64_t l = j % d.L;
         const int boundary = l + 1 == d.L && j + 1 < n_applied; /* the end of an application k < K */
@@ -721,6 +744,8 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
                 norm(s, x, r->mean, r->rstd, h, m->layers[0].attn_norm, m->layers[0].attn_norm_bias, n_rows, d.C);
             else /* the head's input: the output, or DiscoLoop's logits */
                 norm(s, x, r->mean, r->rstd, h, m->final_norm, m->final_norm_bias, n_rows, d.C);
+            if (l + 1 == d.L && row0 == 0 && s->feedback_top) /* the top state the next soft step fuses */
+                memcpy(s->feedback_top, x, (size_t)d.C * sizeof(float));
         }
         count_route(s, l + 1 < d.L ? m->layers[l + 1].route_attn_query : m->route_final_query,
                     l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
@@ -893,26 +918,24 @@ static void prefill_scan(eval_decode_session *s, const int32_t *tokens, int64_t 
     update_alpha(s);
 }
 
-dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int64_t P, float *logits_all) {
+/* One pass over the prompt: tokens [P] embedded, or (inputs != NULL) the
+ * input vectors inputs [P, C] (a feedback pass); all_tops leaves Norm_f of
+ * every prompt row in b->x [P, C]. */
+static void prefill_pass(eval_decode_session *s, const int32_t *tokens, int64_t P, const float *inputs,
+                         float *logits_all, int all_tops) {
     const model *m = s->model;
     shapes d = shapes_of(m);
     eval_decode_prefill_buffers *b = &s->prefill;
-    if (P < 1 || P > s->max_prompt)
-        return dt_errorf("decode: prompt of %lld tokens (this session takes 1..%lld)", (long long)P,
-                         (long long)s->max_prompt);
-    for (int64_t t = 0; t < P; t++)
-        if (check_token(s, tokens[t]) != DT_OK) return dt_error_context("prompt position %lld", (long long)t);
-    memset(&s->traffic, 0, sizeof s->traffic);
-    if (m->arch.recurrent) {
-        prefill_scan(s, tokens, P, logits_all);
-        return DT_OK;
-    }
     int extra = s->run_branch && s->mode == EVAL_DECODE_GROUPED; /* the branch row rides along as row P */
     int64_t rows = P + extra;
 
-    k_embedding_forward(b->h, data_of(m->tok_emb), tokens, P, d.C);
-    if (m->pos_emb) k_add(b->h, b->h, data_of(m->pos_emb), P * d.C);
-    count_weight(s, P * d.C * (m->pos_emb ? 2 : 1));
+    if (inputs) {
+        memcpy(b->h, inputs, (size_t)(P * d.C) * sizeof(float));
+    } else {
+        k_embedding_forward(b->h, data_of(m->tok_emb), tokens, P, d.C);
+        if (m->pos_emb) k_add(b->h, b->h, data_of(m->pos_emb), P * d.C);
+        count_weight(s, P * d.C * (m->pos_emb ? 2 : 1));
+    }
     if (extra) { /* g = branch.tok_emb[x_{P-1}] (+ pos_emb[P-1]) */
         memcpy(b->h + P * d.C, data_of(m->branch_tok_emb) + (int64_t)tokens[P - 1] * d.C, (size_t)d.C * sizeof(float));
         if (m->pos_emb) k_accumulate(b->h + P * d.C, data_of(m->pos_emb) + (P - 1) * d.C, d.C);
@@ -968,15 +991,62 @@ dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int
     }
     s->traffic.kv_write_bytes += 2.0 * (double)(P * kv_floats_per_position) * 4.0;
     count_norm(s, m->final_norm, m->final_norm_bias);
-    if (logits_all) { /* teacher-forced logits of every prompt position */
+    if (logits_all || all_tops) { /* teacher-forced logits (or the top states) of every prompt position */
         norm(s, b->x, b->mean, b->rstd, b->h, m->final_norm, m->final_norm_bias, rows, d.C);
-        prefill_linear(s, logits_all, b->x, m->lm_head, NULL, P, d.C, d.V);
-        memcpy(s->logits, logits_all + (P - 1) * d.V, (size_t)d.V * sizeof(float));
+        if (logits_all) {
+            prefill_linear(s, logits_all, b->x, m->lm_head, NULL, P, d.C, d.V);
+            memcpy(s->logits, logits_all + (P - 1) * d.V, (size_t)d.V * sizeof(float));
+        } else {
+            linear(s, s->logits, b->x + (P - 1) * d.C, data_of(m->lm_head), NULL, 1, d.C, d.V);
+        }
         if (extra) linear(s, s->logits + d.V, b->x + P * d.C, data_of(m->lm_head), NULL, 1, d.C, d.V);
+        if (s->feedback_top) memcpy(s->feedback_top, b->x + (P - 1) * d.C, (size_t)d.C * sizeof(float));
     } else { /* generation needs only the last prompt row (and the branch row right after it) */
         norm(s, b->x, b->mean, b->rstd, b->h + (P - 1) * d.C, m->final_norm, m->final_norm_bias, 1 + extra, d.C);
         linear(s, s->logits, b->x, data_of(m->lm_head), NULL, 1 + extra, d.C, d.V);
+        if (s->feedback_top) memcpy(s->feedback_top, b->x, (size_t)d.C * sizeof(float));
     }
+}
+
+/* Fused mode's feedback pass input from the plain pass's top states b->x
+ * [P, C]: u_0 = e_0, u_t = fuse(h_{t-1}, e_t). */
+static void feedback_prompt_inputs(eval_decode_session *s, const int32_t *tokens, int64_t P) {
+    const model *m = s->model;
+    const int64_t C = m->arch.C;
+    float *u = s->prefill.feedback_inputs, *e = s->feedback_scratch + 2 * C;
+    for (int64_t t = 0; t < P; t++) {
+        memcpy(e, data_of(m->tok_emb) + (int64_t)tokens[t] * C, (size_t)C * sizeof(float));
+        if (m->pos_emb) k_accumulate(e, data_of(m->pos_emb) + t * C, C);
+        if (t == 0)
+            memcpy(u, e, (size_t)C * sizeof(float));
+        else
+            model_feedback_fuse_row(u + t * C, s->prefill.x + (t - 1) * C, e, m, s->feedback_scratch);
+    }
+    count_weight(s, P * C * (m->pos_emb ? 2 : 1) + 2 * C * C + 2 * C);
+}
+
+dt_status eval_decode_prefill(eval_decode_session *s, const int32_t *tokens, int64_t P, float *logits_all) {
+    const model *m = s->model;
+    if (P < 1 || P > s->max_prompt)
+        return dt_errorf("decode: prompt of %lld tokens (this session takes 1..%lld)", (long long)P,
+                         (long long)s->max_prompt);
+    for (int64_t t = 0; t < P; t++)
+        if (check_token(s, tokens[t]) != DT_OK) return dt_error_context("prompt position %lld", (long long)t);
+    if (s->feedback != EVAL_FEEDBACK_STANDARD && !m->config.feedback)
+        return dt_errorf("decode: feedback decoding '%s' needs a model with feedback = 1 (SPEC §6.5)",
+                         eval_feedback_mode_name(s->feedback));
+    memset(&s->traffic, 0, sizeof s->traffic);
+    if (m->arch.recurrent) { /* a scan (never with feedback: SPEC §6) */
+        prefill_scan(s, tokens, P, logits_all);
+        return DT_OK;
+    }
+    const int fused = s->feedback == EVAL_FEEDBACK_FUSED;
+    prefill_pass(s, tokens, P, NULL, fused ? NULL : logits_all, fused);
+    if (fused) { /* one feedback pass over the prompt rewrites its cache */
+        feedback_prompt_inputs(s, tokens, P);
+        prefill_pass(s, tokens, P, s->prefill.feedback_inputs, logits_all, 0);
+    }
+    const int extra = s->run_branch && s->mode == EVAL_DECODE_GROUPED;
     s->pos = P - 1;
     if (s->run_branch && !extra) run_rows(s, tokens[P - 1], P - 1, 1, 1, 0); /* un-grouped: a separate branch pass */
     update_alpha(s);

@@ -46,6 +46,16 @@
 
 typedef enum { EVAL_DECODE_BASELINE = 0, EVAL_DECODE_GROUPED = 1, EVAL_DECODE_UNGROUPED = 2 } eval_decode_mode;
 
+/* Latent feedback decoding (SPEC §6.5), for models with feedback = 1:
+ *   STANDARD  plain passes only (the prompt and every step embed their token);
+ *   SOFT      each step's position t takes u_t = fuse(h_{t-1}, e_t), h_{t-1}
+ *             the top state (Norm_f output) of the previous position; the
+ *             prompt is one plain pass;
+ *   FUSED     the prompt gets a plain pass and then one feedback pass (its
+ *             cache rewritten), then soft steps.
+ * The KV cache is unchanged; the session carries one extra vector, h_{pos}. */
+typedef enum { EVAL_FEEDBACK_STANDARD = 0, EVAL_FEEDBACK_SOFT = 1, EVAL_FEEDBACK_FUSED = 2 } eval_feedback_mode;
+
 /* Which product serves the M <= 2 decode rows: eval_matvec (eval/matvec.h,
  * the default, measured faster) or k_linear_forward (BLIS). */
 typedef enum { EVAL_MATVEC_OWN = 0, EVAL_MATVEC_BLIS = 1 } eval_matvec_path;
@@ -90,6 +100,7 @@ typedef struct eval_decode_prefill_buffers {
     float *topk_logits, *topk_gates;               /* [P, top_k] */
     int32_t *expert_rows;                          /* [P+1] rows routed to one expert */
     float *expert_gates;                           /* [P+1] their gates */
+    float *feedback_inputs;                        /* [P, C] fused mode: the prompt's feedback-pass inputs */
 } eval_decode_prefill_buffers;
 
 typedef struct eval_decode_session {
@@ -123,6 +134,9 @@ typedef struct eval_decode_session {
     float *logits;               /* [2, V]: row 0 primary, row 1 branch (valid when run_branch), at `pos` */
     float alpha;                 /* mixture weight at `pos` (1 without a branch) */
     double one_minus_alpha;      /* the branch's weight 1 - alpha, exact near alpha = 1 (kernels/mixture.h) */
+    eval_feedback_mode feedback; /* latent feedback decoding; set between sequences (standard after init) */
+    float *feedback_top;         /* [C] the top state Norm_f(h_L) at `pos` (feedback models) */
+    float *feedback_scratch;     /* [3C] one fusion's scratch and e_t */
     eval_decode_traffic traffic; /* of the last prefill or step */
     eval_team team;              /* stage counters of the step team (eval/team.h) */
 } eval_decode_session;
@@ -149,5 +163,8 @@ static inline const float *eval_decode_logits_branch(const eval_decode_session *
 void eval_decode_mixture(const eval_decode_session *s, float *probs);
 
 const char *eval_decode_mode_name(eval_decode_mode mode);
+const char *eval_feedback_mode_name(eval_feedback_mode mode);
+/* "standard" | "soft" | "fused"; an error naming the value otherwise. */
+dt_status eval_feedback_mode_parse(const char *text, eval_feedback_mode *mode);
 
 #endif

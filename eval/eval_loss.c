@@ -75,20 +75,29 @@ static dt_status check_options(const model *m, const data_tokens *data, const ev
     if (o->method == EVAL_DECODE && o->prompt_len < 1)
         return dt_errorf("decode evaluation needs prompt_len >= 1 (got %lld)", (long long)o->prompt_len);
     if (o->n_windows < 0) return dt_errorf("n_windows %lld is negative", (long long)o->n_windows);
+    if (o->feedback != EVAL_FEEDBACK_STANDARD && !c->feedback)
+        return dt_errorf("--feedback %s needs a model with feedback = 1 (SPEC §6.5)",
+                         eval_feedback_mode_name(o->feedback));
+    if (o->feedback != EVAL_FEEDBACK_STANDARD && seq_len > MODEL_FEEDBACK_MAX_PASSES &&
+        o->method == EVAL_TEACHER_FORCED)
+        return dt_errorf("--feedback %s teacher-forced runs seq_len = %lld passes (at most %d); use --method decode",
+                         eval_feedback_mode_name(o->feedback), (long long)seq_len, MODEL_FEEDBACK_MAX_PASSES);
     if (o->split != SPLIT_TRAIN && o->split != SPLIT_VAL) return dt_errorf("unknown split %d", (int)o->split);
     return DT_OK;
 }
 
 /* Teacher-forced logits of one window through model_forward on a no-grad context. */
 static dt_status window_teacher_forced(model *m, ag_ctx *ctx, const int32_t *inputs, const int32_t *targets, int64_t T,
-                                       int64_t first, scorer *sc) {
+                                       int64_t first, eval_feedback_mode feedback, scorer *sc) {
     ag_reset(ctx);
     dt_tensor *tokens = ag_tensor(ctx, DT_I32, DT_SHAPE(1, T));
     if (!tokens) return DT_ERR;
     memcpy(tokens->data, inputs, (size_t)T * sizeof(int32_t));
     model_outputs out;
     memset(&out, 0, sizeof out);
-    if (model_forward(m, ctx, tokens, NULL, &out) != DT_OK) return DT_ERR;
+    model_feedback_run run = model_feedback_plain();
+    if (feedback != EVAL_FEEDBACK_STANDARD) run.passes = T; /* the soft decode of T positions (SPEC §6.5) */
+    if (model_forward_feedback(m, ctx, tokens, NULL, &run, &out) != DT_OK) return DT_ERR;
     int64_t V = m->config.vocab_size;
     const float *logits_branch = sc->with_branch ? dt_f32(out.logits_branch) + first * V : NULL;
     if (sc->with_branch && !out.logits_branch) return dt_errorf("model_forward returned no branch logits");
@@ -117,7 +126,7 @@ static dt_status score_window(model *m, data_tokens *data, const eval_loss_optio
     sc->sum_nll = sc->sum_primary = sc->sum_branch = sc->sum_alpha = 0.0;
     sc->n_tokens = 0;
     if (o->method == EVAL_TEACHER_FORCED)
-        status = window_teacher_forced(m, ctx, inputs, targets, T, first, sc);
+        status = window_teacher_forced(m, ctx, inputs, targets, T, first, o->feedback, sc);
     else
         status = window_decode(session, inputs, targets, T, o->prompt_len, sc);
     if (status != DT_OK) return dt_error_context("window %lld", (long long)w);
@@ -178,6 +187,7 @@ dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o,
         if ((status = eval_decode_init(&session, m, o->decode_mode, o->prompt_len)) != DT_OK) goto done;
         session.weights = o->decode_weights;
         have_session = 1;
+        session.feedback = o->feedback;
     }
 
     /* Chunks of windows: rank w % size scores window w into its row of

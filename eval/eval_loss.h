@@ -42,6 +42,11 @@ typedef struct eval_loss_options {
     eval_decode_mode decode_mode; /* engine mode for EVAL_DECODE (grouped by default) */
     const eval_decode_weights *decode_weights; /* EVAL_DECODE's matrices' stored form (NULL: the model's float32) */
     const dt_comm *comm; /* the processes sharing the windows (NULL: this one alone); collective */
+    /* Latent feedback decoding (feedback models, SPEC §6.5): with EVAL_DECODE
+     * the engine's mode; teacher-forced, soft and fused both run the forward
+     * with K = seq_len passes, which is soft decoding from the window's first
+     * token (fused differs from soft only through a prompt). */
+    eval_feedback_mode feedback;
 } eval_loss_options;
 
 typedef struct eval_loss_result {

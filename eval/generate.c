@@ -146,6 +146,7 @@ dt_status eval_generate(const model *m, const int32_t *prompt, int64_t n_prompt,
     eval_decode_session s;
     if (eval_decode_init(&s, m, o->mode, n_prompt > keep ? n_prompt : keep) != DT_OK) return DT_ERR;
     s.weights = o->weights;
+    s.feedback = o->feedback;
     float *probs = malloc((size_t)V * sizeof(float)), *weight = malloc((size_t)V * sizeof(float));
     int32_t *index = malloc((size_t)V * sizeof(int32_t)), *history = malloc((size_t)n_history * sizeof(int32_t));
     dt_status status = DT_OK;

@@ -20,8 +20,9 @@ enum { PLAIN = 0, MATRIX = 1, EMBEDDING = 2 };
 /* Upper bound of the parameter count: 6 model-level tensors, and per layer
  * 4 norm tensors, 8 attention tensors, MODEL_FFN_SLOTS FFN tensors, 3
  * coupling vectors, 4 attention-residual vectors and the share = off copies
- * (4 attention + FFN); 2 more model-level vectors for attn_res. */
-static int max_params(const model_config *c) { return 13 + (23 + 2 * MODEL_FFN_SLOTS) * (int)c->n_layer; }
+ * (4 attention + FFN); 2 more model-level vectors for attn_res, 3 DiscoLoop
+ * tensors, 4 feedback tensors. */
+static int max_params(const model_config *c) { return 17 + (23 + 2 * MODEL_FFN_SLOTS) * (int)c->n_layer; }
 
 /* Appends a parameter (its header; alloc_flat gives it memory). The name is formatted. */
 static dt_tensor *add_param(model *m, int capacity, model_param_group group, int marks, model_init_kind init, int ndim,
@@ -226,6 +227,17 @@ dt_status model_create(model *m, const model_config *config) {
             m->disco_gate_bias =
                 param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ZERO, DT_SHAPE(1), "", -1, "disco.gate.bias");
         }
+    }
+    /* Latent feedback (SPEC §6.5): the fusion's two matrices and two RMSNorm weights. */
+    if (c.feedback) {
+        m->feedback_w_u =
+            param(&b, PARAM_PRIMARY, MATRIX, MODEL_INIT_NORMAL, DT_SHAPE(C, C), "", -1, "feedback.w_u.weight");
+        m->feedback_w_g =
+            param(&b, PARAM_PRIMARY, MATRIX, MODEL_INIT_NORMAL, DT_SHAPE(C, C), "", -1, "feedback.w_g.weight");
+        m->feedback_norm_tok =
+            param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ONE, DT_SHAPE(C), "", -1, "feedback.norm_tok.weight");
+        m->feedback_norm_in =
+            param(&b, PARAM_PRIMARY, PLAIN, MODEL_INIT_ONE, DT_SHAPE(C), "", -1, "feedback.norm_in.weight");
     }
 
     /* Decode branch (SPEC §2): its embedding, the coupling vectors, and with share = off its own matrices. */

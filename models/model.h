@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "models/arch.h"
 #include "models/config.h"
+#include "models/feedback.h"
 #include "models/ffn.h"
 #include "models/norm_kinds.h"
 #include "models/position_kinds.h"
@@ -63,6 +64,8 @@ typedef struct model {
     dt_tensor *route_final_query, *route_final_norm; /* [C] attn_res: the route into the final norm */
     dt_tensor *disco_norm;                           /* [C] DiscoLoop's RMSNorm_d weight (SPEC §6.6; NULL without) */
     dt_tensor *disco_gate_weight, *disco_gate_bias;  /* [C], [1] disco_gate = learned */
+    dt_tensor *feedback_w_u, *feedback_w_g;          /* [C,C] latent feedback (SPEC §6.5; NULL without) */
+    dt_tensor *feedback_norm_tok, *feedback_norm_in; /* [C] */
     model_layer *layers;                             /* [n_layer] */
     float *rope_table;                               /* [block_size, hd/2, 2] cos/sin (rotary position schemes) */
     float *params_memory; /* [n_floats] every parameter's weights, SPEC §3 order; the tensors are views */
@@ -86,6 +89,9 @@ typedef struct model_outputs {
     int64_t moe_layers;        /* how many (n_loop * n_layer for moe, else 0) */
     float **balance_fractions; /* [moe_layers] -> f [E] each term's backward reads */
     float *router_mean_probs;  /* [moe_layers, E] mean router probabilities over the tokens */
+    /* Latent feedback (SPEC §6.5): the passes run and each one's CE (with targets). */
+    int64_t passes;
+    float *loss_passes; /* [passes] */
 } model_outputs;
 
 /* Validates the config, allocates every parameter (zeros) with its gradient,
@@ -103,5 +109,11 @@ int64_t model_param_count(const model *m, int group /* -1 for all */);
 /* Training forward. tokens int32 [B, T] inputs; targets int32 [B, T] (may be
  * NULL: logits only). Builds the tape on ctx. */
 dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *targets, model_outputs *out);
+/* The same with the passes of latent feedback (SPEC §6.5) as `run` says (NULL:
+ * one plain pass, which is what model_forward runs): logits_primary and
+ * loss_primary are pass K's, loss the K-pass objective (+ aux over every
+ * application of every MoE layer). passes > 1 needs feedback = 1. */
+dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *targets,
+                                 const model_feedback_run *run, model_outputs *out);
 
 #endif

@@ -1,6 +1,8 @@
 /* The training forward pass (SPEC §1-§2): embeddings, the blocks of the
  * primary path, the decode branch trajectory, and the readout (cross-entropy,
- * or the mixture NLL for a Decode-Branch model).
+ * or the mixture NLL for a Decode-Branch model); with latent feedback
+ * (SPEC §6.5) the K passes of the primary path (models/feedback.h fuses each
+ * pass's input).
  *
  * One block function serves both trajectories. The primary block records the
  * intermediates the branch reads (q1 before RoPE, K after RoPE, V, z1, m1, the
@@ -14,8 +16,8 @@
 #include "autograd/ops.h"
 #include "kernels/mixture.h"
 #include "models/attn_res.h"
-#include "models/disco.h"
 #include "models/block_forward.h"
+#include "models/disco.h"
 #include "models/model.h"
 #include "models/moe.h"
 #include "models/recurrent.h"
@@ -170,9 +172,11 @@ static dt_tensor *stack_forward(ag_ctx *ctx, const model *m, block_role role, dt
     return model_route_forward(ctx, &sources, m->route_final_query, m->route_final_norm);
 }
 
-/* Final norm and the head: stream [B,T,C] -> logits [B,T,V]. */
-static dt_tensor *head_forward(ag_ctx *ctx, const model *m, dt_tensor *x) {
+/* Final norm and the head: stream [B,T,C] -> logits [B,T,V]; *top (when
+ * asked) gets the head's input Norm_f(x) [B,T,C], latent feedback's top state. */
+static dt_tensor *head_forward(ag_ctx *ctx, const model *m, dt_tensor *x, dt_tensor **top) {
     dt_tensor *xn = norm_forward(ctx, m, x, m->final_norm, m->final_norm_bias);
+    if (top) *top = xn;
     return ag_linear(ctx, xn, m->lm_head, NULL);
 }
 
@@ -241,11 +245,12 @@ static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets
         ag_set_grad_enabled(ctx, grad_was);
     }
     if (balance->sum) {
-        /* aux: mean over MoE layers (every application of each), added once outside the mixture. */
+        /* aux: mean over MoE layers (every application of each: K·L terms with
+         * n_loop > 1), added once outside the mixture. */
         out->moe_layers = balance->count;
         out->balance_fractions = balance->fractions;
         out->router_mean_probs = balance->mean_probs;
-        out->aux = ag_scale(ctx, balance->sum, 1.0f / (float)balance->count); /* n_loop > 1: K·L terms */
+        out->aux = ag_scale(ctx, balance->sum, 1.0f / (float)balance->count);
         objective = ag_add(ctx, objective, ag_scale(ctx, out->aux, (float)c->aux_loss_coef));
     }
     out->loss = objective;
@@ -254,8 +259,60 @@ static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets
     return DT_OK;
 }
 
+/* The K passes of latent feedback (SPEC §6.5) on the embeddings e [B,T,C]:
+ * logits_primary and loss_primary are pass K's, and with targets the
+ * objective CE(1) + lambda/(K-1) sum_{k>=2} CE(k) (+ the aux term over every
+ * application). Gradient flows through every pass. */
+static dt_status feedback_forward(ag_ctx *ctx, const model *m, dt_tensor *e, dt_tensor *targets,
+                                  const model_feedback_run *run, int64_t K, model_primary_state *states,
+                                  model_ffn_balance *balance, model_outputs *out) {
+    dt_tensor *top = NULL, *feedback_sum = NULL, *first = NULL;
+    out->passes = K;
+    if (targets && !(out->loss_passes = ag_scratch(ctx, (size_t)K * sizeof *out->loss_passes))) return DT_ERR;
+    for (int64_t k = 1; k <= K; k++) {
+        dt_tensor *u = k == 1 ? e : model_feedback_fuse(ctx, m, top, e, run, k);
+        dt_tensor *h = stack_forward(ctx, m, ROLE_PRIMARY, u, states, balance);
+        out->logits_primary = head_forward(ctx, m, h, &top);
+        if (!out->logits_primary) return DT_ERR;
+        if (!targets) continue;
+        dt_tensor *ce = ag_mean(ctx, ag_cross_entropy(ctx, out->logits_primary, targets));
+        if (!ce) return DT_ERR;
+        out->loss_passes[k - 1] = dt_f32(ce)[0];
+        if (k == 1)
+            first = ce;
+        else
+            feedback_sum = feedback_sum ? ag_add(ctx, feedback_sum, ce) : ce;
+        out->loss_primary = ce;
+    }
+    if (!targets) return DT_OK;
+    out->loss_reported = out->loss_primary;
+    dt_tensor *objective =
+        K > 1 ? ag_add(ctx, first, ag_scale(ctx, feedback_sum, (float)(run->lambda / (double)(K - 1)))) : first;
+    if (balance->sum) {
+        out->moe_layers = balance->count;
+        out->balance_fractions = balance->fractions;
+        out->router_mean_probs = balance->mean_probs;
+        out->aux = ag_scale(ctx, balance->sum, 1.0f / (float)balance->count);
+        objective = ag_add(ctx, objective, ag_scale(ctx, out->aux, (float)m->config.aux_loss_coef));
+    }
+    out->loss = objective;
+    return out->loss && out->loss_reported ? DT_OK : DT_ERR;
+}
+
 dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *targets, model_outputs *out) {
+    return model_forward_feedback(m, ctx, tokens, targets, NULL, out);
+}
+
+dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *targets,
+                                 const model_feedback_run *run, model_outputs *out) {
     memset(out, 0, sizeof *out);
+    const model_feedback_run plain = model_feedback_plain();
+    if (!run) run = &plain;
+    const int64_t K = run->passes > 0 ? run->passes : 1;
+    if (K > MODEL_FEEDBACK_MAX_PASSES)
+        return dt_errorf("model_forward: %lld feedback passes (at most %d)", (long long)K, MODEL_FEEDBACK_MAX_PASSES);
+    if (K > 1 && !m->config.feedback)
+        return dt_errorf("model_forward: %lld feedback passes need a model with feedback = 1", (long long)K);
     const model_config *c = &m->config;
     if (!tokens) return dt_errorf("model_forward: no tokens");
     if (check_ids(m, tokens, "token") != DT_OK) return DT_ERR;
@@ -286,20 +343,24 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
 
     /* Primary path (SPEC §1). */
     model_ffn_balance balance = {0};
-    const int64_t n_loop = m->arch.n_loop, applied_layers = n_loop * c->n_layer;
-    if (m->arch.n_expert > 0) {
-        balance.fractions = ag_scratch(ctx, (size_t)applied_layers * sizeof *balance.fractions);
-        balance.mean_probs = ag_scratch(ctx, (size_t)(applied_layers * c->n_expert) * sizeof *balance.mean_probs);
+    const int64_t n_loop = m->arch.n_loop;
+    if (m->arch.n_expert > 0) { /* one balance term per application of each MoE layer (n_loop or feedback passes) */
+        const int64_t terms = K * n_loop * c->n_layer;
+        balance.fractions = ag_scratch(ctx, (size_t)terms * sizeof *balance.fractions);
+        balance.mean_probs = ag_scratch(ctx, (size_t)(terms * c->n_expert) * sizeof *balance.mean_probs);
         if (!balance.fractions || !balance.mean_probs) return DT_ERR;
     }
+    if (c->feedback) /* no branch with feedback (SPEC §6) */
+        return feedback_forward(ctx, m, embed_forward(ctx, m, m->tok_emb, tokens, positions), targets, run, K, states,
+                                &balance, out);
     /* SPEC §6.6: the stack applied n_loop times with the same weights (each
      * application its own K/V), DiscoLoop between applications. */
     dt_tensor *h = embed_forward(ctx, m, m->tok_emb, tokens, positions);
     for (int64_t k = 0; k < n_loop; k++) {
         h = stack_forward(ctx, m, ROLE_PRIMARY, h, states, &balance);
-        if (k + 1 < n_loop && m->arch.disco) h = model_disco_forward(ctx, m, h, head_forward(ctx, m, h));
+        if (k + 1 < n_loop && m->arch.disco) h = model_disco_forward(ctx, m, h, head_forward(ctx, m, h, NULL));
     }
-    out->logits_primary = head_forward(ctx, m, h);
+    out->logits_primary = head_forward(ctx, m, h, NULL);
     if (!out->logits_primary) return DT_ERR;
 
     /* Decode branch (SPEC §2): its own embedding, the primary's K/V and intermediates. */
@@ -307,7 +368,7 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
         dt_tensor *table = m->branch_tok_emb ? m->branch_tok_emb : m->tok_emb;
         dt_tensor *g =
             stack_forward(ctx, m, ROLE_BRANCH, embed_forward(ctx, m, table, tokens, positions), states, NULL);
-        out->logits_branch = head_forward(ctx, m, g);
+        out->logits_branch = head_forward(ctx, m, g, NULL);
         if (!out->logits_branch) return DT_ERR;
     }
 

@@ -107,6 +107,10 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     info->other_params_primary = V * C + (a->position->learned_table ? a->T_max * C : 0) + final_norm +
                                  (a->tie_embeddings ? 0 : head) + disco_params;
     info->other_params_branch = a->branch_own_emb ? V * C : 0;
+    info->feedback_params = c.feedback ? 2 * C * C + 2 * C : 0;
+    info->other_params_primary += info->feedback_params;
+    info->feedback_weight_bytes = 4.0 * (double)info->feedback_params;
+    info->feedback_decode_flops = c.feedback ? 4.0 * (double)(C * C) : 0.0;
     info->params_primary = info->other_params_primary;
     info->params_branch = info->other_params_branch;
     info->matmul_params_primary = head;

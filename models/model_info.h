@@ -67,6 +67,14 @@ typedef struct model_info {
     /* KV-cache bytes read per decode step: n_layer * 2 * context * Hkv*hd * 4.
      * Grouped: both queries in one pass over the cache; un-grouped: twice. */
     double kv_bytes_baseline, kv_bytes_grouped, kv_bytes_ungrouped;
+
+    /* Latent feedback (SPEC §6.5; 0 without): feedback.* parameters (in
+     * other_params_primary), and what a soft decode step adds to a standard
+     * one (the fusion: W_u and W_g products, the two RMSNorm weights). A
+     * training step of K passes costs K plain forwards plus K - 1 fusions. */
+    int64_t feedback_params;      /* 2 C^2 + 2 C */
+    double feedback_weight_bytes; /* per soft step */
+    double feedback_decode_flops; /* per soft step: 2 * 2 C^2 */
 } model_info;
 
 /* Validates a copy of *config and fills *info. context <= 0 means block_size;

@@ -4,6 +4,8 @@
  *   losses (loss, loss_primary, loss_branch, aux): |err| <= 1e-5 |expected|
  *   logits_primary, logits_branch, alpha: max |err| <= 1e-4 max |expected|
  *   grads/<name>: max |err| <= 1e-4 max(max |expected|, 0.1 max over the whole model's expected grads)
+ * Feedback models (SPEC §6.5) run the K passes of the /ref attribute passes
+ * and compare each pass's CE with loss_passes too.
  * A parameter without a /ref/grads entry, or an entry naming no parameter, is
  * a failing line. The checker never passes what it cannot compare: a quantity
  * the model produces whose /ref dataset is missing (/ref/loss, /ref/grads, the
@@ -235,6 +237,59 @@ static dt_status read_tokens(hid_t file, ag_ctx *ctx, const model *m, dt_tensor 
     return DT_OK;
 }
 
+/* A feedback model's file says how its expected values were made (SPEC
+ * §6.5): /ref attributes passes (K, no jitter, no prefix mixin) and
+ * feedback_lambda. Both are required: a silent K = 1 would compare the wrong
+ * objective. */
+static dt_status read_feedback_run(hid_t file, model_feedback_run *run) {
+    hid_t ref = H5Gopen2(file, "/ref", H5P_DEFAULT);
+    if (ref < 0) return dt_errorf("cannot open group /ref");
+    int64_t passes = 0;
+    double lambda = 0.0;
+    dt_status status = DT_OK;
+    if (!h5_has_attr(ref, "passes") || !h5_has_attr(ref, "feedback_lambda"))
+        status = dt_errorf("/ref: a feedback model's file needs the attributes passes and feedback_lambda (SPEC §6.5)");
+    if (status == DT_OK) status = h5_read_attr_int(ref, "passes", &passes);
+    if (status == DT_OK) status = h5_read_attr_double(ref, "feedback_lambda", &lambda);
+    H5Gclose(ref);
+    if (status != DT_OK) return DT_ERR;
+    if (passes < 1 || passes > MODEL_FEEDBACK_MAX_PASSES)
+        return dt_errorf("/ref: passes = %lld (1 to %d)", (long long)passes, MODEL_FEEDBACK_MAX_PASSES);
+    if (!isfinite(lambda)) return dt_errorf("/ref: feedback_lambda = %g is not finite", lambda);
+    run->passes = passes;
+    run->lambda = lambda;
+    return DT_OK;
+}
+
+/* Each pass's CE against the /ref attribute loss_passes [K] (when present). */
+static dt_status compare_loss_passes(model_reference_report *report, hid_t file, const model_outputs *out) {
+    hid_t ref = H5Gopen2(file, "/ref", H5P_DEFAULT);
+    if (ref < 0) return dt_errorf("cannot open group /ref");
+    dt_status status = DT_OK;
+    if (H5Aexists(ref, "loss_passes") > 0) {
+        double expected[MODEL_FEEDBACK_MAX_PASSES];
+        hid_t attr = H5Aopen(ref, "loss_passes", H5P_DEFAULT);
+        hid_t space = attr >= 0 ? H5Aget_space(attr) : H5I_INVALID_HID;
+        const hssize_t n = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+        if (n != out->passes || !out->loss_passes)
+            status =
+                dt_errorf("/ref: loss_passes holds %lld values for %lld passes", (long long)n, (long long)out->passes);
+        else if (H5Aread(attr, H5T_NATIVE_DOUBLE, expected) < 0)
+            status = dt_errorf("/ref: cannot read loss_passes");
+        if (space >= 0) H5Sclose(space);
+        if (attr >= 0) H5Aclose(attr);
+        for (int64_t k = 0; status == DT_OK && k < out->passes; k++) {
+            char name[64], note[200];
+            snprintf(name, sizeof name, "loss_passes[%lld]", (long long)k);
+            status = add_line(
+                report, name, fabs((double)out->loss_passes[k] - expected[k]), fabs(expected[k]), LOSS_TOLERANCE,
+                uncomparable("/ref loss_passes", &expected[k], &out->loss_passes[k], 1, note, sizeof note));
+        }
+    }
+    H5Gclose(ref);
+    return status;
+}
+
 dt_status model_reference_check(const char *path, model_reference_report *report) {
     memset(report, 0, sizeof *report);
     model m;
@@ -256,9 +311,11 @@ dt_status model_reference_check(const char *path, model_reference_report *report
     if (status == DT_OK) status = read_tokens(file, &ctx, &m, &inputs, &targets);
     model_outputs out;
     memset(&out, 0, sizeof out);
+    model_feedback_run run = model_feedback_plain();
+    if (status == DT_OK && m.config.feedback) status = read_feedback_run(file, &run);
     if (status == DT_OK) {
         model_zero_grad(&m);
-        status = model_forward(&m, &ctx, inputs, targets, &out);
+        status = model_forward_feedback(&m, &ctx, inputs, targets, &run, &out);
     }
     if (status == DT_OK) status = ag_backward(&ctx, out.loss);
     if (status == DT_OK) status = compare_scalar(report, file, "loss", out.loss);
@@ -268,6 +325,7 @@ dt_status model_reference_check(const char *path, model_reference_report *report
     if (status == DT_OK) status = compare_tensor(report, file, "alpha", out.alpha);
     if (status == DT_OK) status = compare_tensor(report, file, "logits_primary", out.logits_primary);
     if (status == DT_OK) status = compare_tensor(report, file, "logits_branch", out.logits_branch);
+    if (status == DT_OK && m.config.feedback) status = compare_loss_passes(report, file, &out);
     if (status == DT_OK) status = compare_grads(report, file, &m);
     if (status != DT_OK && model_loaded) dt_error_context("%s", path);
 

@@ -90,15 +90,11 @@ Test(reference, heldout_files_pass) {
 /* SPEC §6 option files (copies of ../shared/reference/options/) of the
  * options implemented so far; the others must be refused with one line
  * naming the key, never run as if the key were absent. */
-static const char *const implemented_options[] = {"08_llama_triplu_branch.h5",
-                                                  "09_nanogpt_prism.h5",
-                                                  "10_llama_attnres_mhar_branch.h5",
-                                                  "11_llama_recurrent.h5",
-                                                  "14_llama_alibi_branch.h5",
-                                                  "15_llama_attnres_block.h5",
-                                                  "16_moe_triplu_prodnorm.h5",
-                                                  "17_nanogpt_recurrent_branch.h5",
-                                                  "13_nanogpt_disco.h5"};
+static const char *const implemented_options[] = {"08_llama_triplu_branch.h5",       "09_nanogpt_prism.h5",
+                                                  "10_llama_attnres_mhar_branch.h5", "12_llama_feedback.h5",
+                                                  "11_llama_recurrent.h5",           "14_llama_alibi_branch.h5",
+                                                  "15_llama_attnres_block.h5",       "16_moe_triplu_prodnorm.h5",
+                                                  "17_nanogpt_recurrent_branch.h5",  "13_nanogpt_disco.h5"};
 
 Test(reference, option_files_pass) {
     char dir[1024];
@@ -138,13 +134,13 @@ Test(reference, option_files_pass) {
     cr_log_info("%d option files pass, %d refused (not implemented yet)", n_implemented, n_refused);
 }
 
-/* Held-out option files (tests/tools/spec_reference.py options, an
- * independent float64 implementation of SPEC §6): every file of an
- * implemented option passes; the others are refused as not implemented yet.
- * 22 files cover SPEC §6.1-§6.3 (product FFNs, per-layer heads, attention
- * residuals), 4 ALiBi (§6.4, with per-layer heads, MoE and nanogpt), 4 the
- * recurrent layer of §6.4 (one of them with ALiBi too); the §6.6 files
- * (loops, DiscoLoop: tests/tools/spec_reference_loop.py) have their own test. */
+/* Held-out option files (independent float64 implementations of SPEC §6:
+ * tests/tools/spec_reference.py options for §6.1-6.4, spec_reference_loop.py
+ * for §6.6, spec_reference_feedback.py for §6.5): every option is
+ * implemented, so every file passes. 22 files cover SPEC §6.1-§6.3 (product
+ * FFNs, per-layer heads, attention residuals), 4 ALiBi (§6.4, with per-layer
+ * heads, MoE and nanogpt), 4 the recurrent layer of §6.4 (one of them with
+ * ALiBi too), 6 loops and DiscoLoop (§6.6), 4 latent feedback (§6.5). */
 Test(reference, option_heldout_files) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tests/reference/options_heldout", source_dir());
@@ -167,7 +163,8 @@ Test(reference, option_heldout_files) {
         model_reference_report_free(&report);
     }
     closedir(d);
-    cr_assert_geq(n_pass, 30, "only %d held-out option files pass (%d refused)", n_pass, n_refused);
+    cr_assert_eq(n_refused, 0, "%d held-out option files refused", n_refused);
+    cr_assert_geq(n_pass, 40, "only %d held-out option files pass", n_pass);
     cr_log_info("%d held-out option files pass, %d refused (not implemented yet)", n_pass, n_refused);
 }
 
@@ -299,4 +296,25 @@ Test(reference, unreadable_files_are_errors) {
     cr_assert_eq(model_reference_check(path, &report), DT_ERR);
     cr_assert(strstr(dt_error_message(), "tokens"), "names /ref/tokens: %s", dt_error_message());
     unlink(path);
+}
+
+/* Latent feedback (SPEC §6.5): the held-out files of
+ * tests/tools/spec_reference_feedback.py (llama K = 2, nanogpt K = 3, MoE
+ * with the aux term over K*L applications, a lambda != 1 with product FFN
+ * and per-layer heads) pass, each pass's CE included. */
+Test(reference, feedback_heldout_files) {
+    const char *names[] = {"llama_feedback_k2.h5", "nanogpt_feedback_k3.h5", "moe_feedback_k2_aux.h5",
+                           "llama_feedback_k3_lambda_triplu_prism.h5"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[2048];
+        snprintf(path, sizeof path, "%s/tests/reference/options_heldout/%s", source_dir(), names[i]);
+        model_reference_report report;
+        cr_assert_eq(model_reference_check(path, &report), DT_OK, "%s: %s", path, dt_error_message());
+        int pass_lines = 0;
+        for (int j = 0; j < report.n_lines; j++)
+            pass_lines += strncmp(report.lines[j].name, "loss_passes[", 12) == 0;
+        cr_expect_eq(report.n_failed, 0, "%s: %d of %d quantities fail", path, report.n_failed, report.n_lines);
+        cr_expect_geq(pass_lines, 2, "%s: each pass's CE is compared", path);
+        model_reference_report_free(&report);
+    }
 }

@@ -337,3 +337,52 @@ Test(train_config, stored_form_round_trips_every_run_key) {
     cr_assert_eq(back.seed, INT64_MAX);
     cr_assert_str_eq(train_config_key_name(0), "data.path");
 }
+
+/* train.feedback_passes (SPEC §6.5): a K:weight mix; bad mixes are one-line
+ * errors naming the key; the stored form reads back; draws follow the
+ * cumulative weights; K > 1 needs model.feedback = 1. */
+Test(train_config, feedback_pass_mix) {
+    train_config cfg = train_config_default();
+    cr_assert_eq(cfg.feedback_passes.n, 1);
+    cr_assert_eq(cfg.feedback_passes.passes[0], 1);
+    cr_assert_float_eq(cfg.feedback_lambda, 1.0, 0.0);
+    cr_assert_float_eq(cfg.feedback_jitter, 0.02, 1e-12);
+    cr_assert_eq(train_config_set(&cfg, "feedback_passes=1:0.75,2:0.22,3:0.03"), DT_OK, "%s", dt_error_message());
+    const train_pass_mix *mix = &cfg.feedback_passes;
+    cr_assert_eq(mix->n, 3);
+    cr_assert_eq(mix->passes[2], 3);
+    cr_assert_float_eq(mix->weight[1], 0.22, 1e-15);
+    cr_assert_eq(train_pass_mix_max(mix), 3);
+    cr_assert_eq(train_pass_mix_pick(mix, 0.0), 1);
+    cr_assert_eq(train_pass_mix_pick(mix, 0.7499), 1);
+    cr_assert_eq(train_pass_mix_pick(mix, 0.75), 2);
+    cr_assert_eq(train_pass_mix_pick(mix, 0.9699), 2);
+    cr_assert_eq(train_pass_mix_pick(mix, 0.98), 3);
+    cr_assert_eq(train_pass_mix_pick(mix, 0.9999999), 3);
+    for (int i = 0; i < train_config_key_count(); i++) {
+        if (strcmp(train_config_key_name(i), "train.feedback_passes")) continue;
+        char text[256];
+        train_config_get_stored(&cfg, i, text, sizeof text);
+        cr_assert_str_eq(text, "1:0.75,2:0.22,3:0.03");
+        train_config back = train_config_default();
+        cr_assert_eq(train_config_set_stored(&back, i, text), DT_OK);
+        cr_assert(memcmp(&back.feedback_passes, mix, sizeof *mix) == 0);
+    }
+    cr_assert_eq(train_config_set(&cfg, "feedback_passes=2"), DT_OK, "a single K");
+    cr_assert_eq(cfg.feedback_passes.passes[0], 2);
+    const char *bad[] = {"",  "0:1", "1:0.5,2:0.4", "1:0.5,1:0.5", "2:-1,1:2",   "1:0.5,2:0.5,",
+                         "x", "1;1", "65:1.0",      "1:nan",       "1:0.5 2:0.5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        train_config c = train_config_default();
+        char assignment[64];
+        snprintf(assignment, sizeof assignment, "feedback_passes=%s", bad[i]);
+        cr_expect_eq(train_config_set(&c, assignment), DT_ERR, "'%s' accepted", bad[i]);
+        assert_error_mentions("train.feedback_passes", NULL);
+    }
+    snprintf(cfg.data_path, sizeof cfg.data_path, "x.h5");
+    cfg.tokens = 100000;
+    cr_assert_eq(train_config_validate(&cfg), DT_ERR, "K = 2 on a model without feedback");
+    assert_error_mentions("train.feedback_passes", "model.feedback");
+    cfg.model.feedback = 1;
+    cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
+}

@@ -59,6 +59,10 @@ static void setup(void) {
 
 static void teardown(void) { test_remove_dir(work_dir); }
 
+/* Set by the feedback resume test: tiny_config then makes a latent-feedback
+ * model (SPEC §6.5) trained with a pass mix, jitter and prefix mixin. */
+static int feedback_model;
+
 static train_config tiny_config(const char *out_name, int branch, optim_kind optimizer) {
     train_config cfg = train_config_default();
     cfg.model = model_config_default(FAMILY_NANOGPT);
@@ -84,6 +88,14 @@ static train_config tiny_config(const char *out_name, int branch, optim_kind opt
     /* One thread: OpenMP barriers on a model this small cost more than they
      * save, badly so on a loaded machine (one resume test runs on two). */
     cfg.threads = 1;
+    if (feedback_model) {
+        cfg.model.feedback = 1;
+        cfg.feedback_passes = (train_pass_mix){.n = 3, .passes = {1, 2, 3}, .weight = {0.3, 0.4, 0.3}};
+        cfg.feedback_start = 0.25;
+        cfg.feedback_jitter = 0.1;
+        cfg.feedback_prefix_mixin = 1;
+        cfg.feedback_lambda = 0.7;
+    }
     cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
     return cfg;
 }
@@ -178,6 +190,14 @@ Test(train_loop, resume_is_bit_exact_branch_muon_accum, .init = setup, .fini = t
 }
 
 /* Weights, optimizer moments, loader and trainer RNG come back exactly. */
+/* The pass draws, jitter and prefix lengths come from the checkpointed
+ * trainer stream: a resumed feedback run is the straight run, bit for bit
+ * (two threads, so rows split over workers; two micro-batches). */
+Test(train_loop, resume_is_bit_exact_feedback, .init = setup, .fini = teardown, .timeout = 120) {
+    feedback_model = 1;
+    check_resume_is_exact(0, OPTIM_ADAMW, 2, 2);
+}
+
 Test(train_loop, checkpoint_round_trip, .init = setup, .fini = teardown, .timeout = 60) {
     train_config cfg = tiny_config("round", 1, OPTIM_MUON);
     trainer t;

@@ -19,6 +19,10 @@ enum { B = 5, T = 8 };
 
 /* SPEC §6.6 variant of tiny_config: the stack twice with DiscoLoop's learned gate. */
 static int looped;
+/* Set by the feedback tests: the models get feedback = 1 and every forward
+ * (split and whole) runs these passes (SPEC §6.5). */
+static int feedback_on;
+static model_feedback_run feedback_run;
 
 static model_config tiny_config(model_family family, model_branch branch) {
     model_config c = model_config_default(family);
@@ -34,6 +38,7 @@ static model_config tiny_config(model_family family, model_branch branch) {
     c.n_head = 2;
     c.d_model = 16;
     c.branch = branch;
+    c.feedback = feedback_on;
     if (family == FAMILY_MOE) {
         c.d_ff = 24;
         c.aux_loss_coef = 1.0; /* a balance term big enough that a per-worker one would show in the objective */
@@ -109,6 +114,7 @@ static void check_gradients(model_family family, model_branch branch) {
     train_parallel p;
     cr_assert_eq(train_parallel_init(&p, &split.m, &split.opt, NULL, B, T, 2, 1), DT_OK, "%s", dt_error_message());
     cr_assert_eq(p.n_workers, 2, "the batch's rows are split over the two threads");
+    if (feedback_on) p.feedback = feedback_run;
     train_parallel_losses losses;
     cr_assert_eq(train_parallel_forward_backward(&p, inputs, targets, &losses), DT_OK, "%s", dt_error_message());
     /* the workers' gradients are summed by the update; sum them here the same way, without updating */
@@ -124,7 +130,8 @@ static void check_gradients(model_family family, model_branch branch) {
     ag_ctx ctx;
     cr_assert_eq(ag_ctx_init(&ctx, 0), DT_OK);
     model_outputs out;
-    cr_assert_eq(model_forward(&whole.m, &ctx, inputs, targets, &out), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(model_forward_feedback(&whole.m, &ctx, inputs, targets, feedback_on ? &feedback_run : NULL, &out),
+                 DT_OK, "%s", dt_error_message());
     cr_assert_eq(ag_backward(&ctx, out.loss), DT_OK, "%s", dt_error_message());
     cr_assert(fabs(losses.objective - dt_f32(out.loss)[0]) <= 1e-5 * fabs(dt_f32(out.loss)[0]),
               "objective %.9g vs %.9g", losses.objective, (double)dt_f32(out.loss)[0]);
@@ -182,6 +189,21 @@ Test(train_parallel, looped_disco_gradients_equal_one_tape) {
     trained_free(&t);
     looped = 0;
 }
+/* Latent feedback: the workers' rows draw the whole batch's prefix lengths and
+ * jitter (keyed by the global row), and MoE's balance term is combined over
+ * all K*L applications. */
+static void check_feedback_gradients(model_family family) {
+    feedback_on = 1;
+    feedback_run = model_feedback_plain();
+    feedback_run.passes = 3;
+    feedback_run.lambda = 0.6;
+    feedback_run.jitter = 0.05f;
+    feedback_run.prefix_mixin = 1;
+    feedback_run.seed = 12345;
+    check_gradients(family, BRANCH_NONE);
+}
+Test(train_parallel, feedback_gradients_equal_one_tape) { check_feedback_gradients(FAMILY_LLAMA); }
+Test(train_parallel, moe_feedback_gradients_equal_one_tape) { check_feedback_gradients(FAMILY_MOE); }
 
 /* Two full steps (forward, backward, update) against the optimizer's own path.
  * AdamW's eps is 1 here: with the default 1e-8 an element whose gradient is

@@ -43,13 +43,16 @@ static dt_tensor *remap(const model *m, const model *replica, dt_tensor *t) {
  * field is added there, it must be remapped below too. */
 _Static_assert(sizeof(model_block_weights) == (8 + MODEL_FFN_SLOTS) * sizeof(dt_tensor *),
                "remap every model_block_weights field");
-_Static_assert(sizeof(model_layer) == 11 * sizeof(dt_tensor *) + sizeof(const float *) + 2 * sizeof(model_block_weights),
+_Static_assert(sizeof(model_layer) ==
+                   11 * sizeof(dt_tensor *) + sizeof(const float *) + 2 * sizeof(model_block_weights),
                "remap every model_layer field (rope_table is shared)");
 
 static void remap_block(const model *m, const model *replica, model_block_weights *w) {
     dt_tensor **fields[] = {&w->wq, &w->wq_bias, &w->wk, &w->wk_bias, &w->wv, &w->wv_bias, &w->wo, &w->wo_bias};
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) *fields[i] = remap(m, replica, *fields[i]);
-    for (int slot = 0; slot < MODEL_FFN_SLOTS; slot++) w->ffn[slot] = remap(m, replica, w->ffn[slot]);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        *fields[i] = remap(m, replica, *fields[i]);
+    for (int slot = 0; slot < MODEL_FFN_SLOTS; slot++)
+        w->ffn[slot] = remap(m, replica, w->ffn[slot]);
 }
 
 static void replica_free(model *replica) {
@@ -96,14 +99,19 @@ static dt_status replica_init(model *replica, const model *m) {
     replica->disco_norm = remap(m, replica, m->disco_norm);
     replica->disco_gate_weight = remap(m, replica, m->disco_gate_weight);
     replica->disco_gate_bias = remap(m, replica, m->disco_gate_bias);
+    replica->feedback_w_u = remap(m, replica, m->feedback_w_u);
+    replica->feedback_w_g = remap(m, replica, m->feedback_w_g);
+    replica->feedback_norm_tok = remap(m, replica, m->feedback_norm_tok);
+    replica->feedback_norm_in = remap(m, replica, m->feedback_norm_in);
     for (int64_t l = 0; l < m->config.n_layer; l++) {
         model_layer *layer = &replica->layers[l];
         *layer = m->layers[l];
-        dt_tensor **fields[] = {&layer->attn_norm,        &layer->attn_norm_bias,  &layer->ffn_norm,
-                                &layer->ffn_norm_bias,    &layer->couple_q,        &layer->couple_hidden,
-                                &layer->couple_out,       &layer->route_attn_query, &layer->route_attn_norm,
-                                &layer->route_ffn_query,  &layer->route_ffn_norm};
-        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) *fields[i] = remap(m, replica, *fields[i]);
+        dt_tensor **fields[] = {&layer->attn_norm,       &layer->attn_norm_bias,   &layer->ffn_norm,
+                                &layer->ffn_norm_bias,   &layer->couple_q,         &layer->couple_hidden,
+                                &layer->couple_out,      &layer->route_attn_query, &layer->route_attn_norm,
+                                &layer->route_ffn_query, &layer->route_ffn_norm};
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+            *fields[i] = remap(m, replica, *fields[i]);
         remap_block(m, replica, &layer->primary);
         remap_block(m, replica, &layer->branch);
     }
@@ -121,6 +129,7 @@ dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, const
     p->comm = comm ? comm : dt_comm_single();
     p->batch_size = batch_size;
     p->seq_len = seq_len;
+    p->feedback = model_feedback_plain();
     if (batch_size < 1 || seq_len < 1)
         return dt_errorf("parallel step: batch %lld x %lld (both must be positive)", (long long)batch_size,
                          (long long)seq_len);
@@ -144,9 +153,11 @@ dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, const
     if (!p->contexts || !p->row_begin || !p->input_views || !p->target_views || !p->outputs || !p->extra_grads)
         goto oom;
     if (m->config.family == FAMILY_MOE) {
-        /* one term per application of a MoE layer (n_loop: SPEC §6.6) */
-        p->balance_sums =
-            calloc((size_t)(2 * m->arch.n_loop * m->config.n_layer * m->config.n_expert), sizeof *p->balance_sums);
+        /* one term per application of each MoE layer: n_loop of them (SPEC §6.6), or up to
+         * MODEL_FEEDBACK_MAX_PASSES with feedback (SPEC §6.5) */
+        const int64_t terms =
+            m->arch.n_loop * m->config.n_layer * (m->config.feedback ? MODEL_FEEDBACK_MAX_PASSES : 1);
+        p->balance_sums = calloc((size_t)(2 * terms * m->config.n_expert), sizeof *p->balance_sums);
         if (!p->balance_sums) goto oom;
     }
     for (int w = 0; w < workers; w++)
@@ -237,7 +248,10 @@ static dt_status worker_forward(train_parallel *p, int w, const dt_tensor *input
     const double start = w == 0 ? omp_get_wtime() : 0.0, cpu_start = w == 0 ? thread_cpu_seconds() : 0.0;
     ag_reset(ctx);
     const int previous = ag_set_grad_enabled(ctx, backward);
-    const dt_status status = model_forward(m, ctx, in, tg, out);
+    /* training: the step's feedback passes, the draws keyed by the global row */
+    model_feedback_run run = backward ? p->feedback : model_feedback_plain();
+    run.first_row += first;
+    const dt_status status = model_forward_feedback(m, ctx, in, tg, &run, out);
     ag_set_grad_enabled(ctx, previous);
     if (w == 0) {
         p->forward_seconds = omp_get_wtime() - start;
@@ -316,8 +330,8 @@ static dt_status combine_balance(train_parallel *p, const int64_t *row_begin, in
         const double weight = (double)(row_begin[w + 1] - row_begin[w]) / (double)total_rows;
         aux_workers += weight * scalar_or_nan(out->aux);
     }
-    /* aux is the mean over the MoE layers' terms (n_loop: every application), weighted by aux_loss_coef. */
-    *correction = c->aux_loss_coef * (aux_batch / (double)layers - aux_workers);
+    /* aux is the mean over the MoE layers' applications (K·L with n_loop or feedback), weighted by aux_loss_coef. */
+    *correction = c->aux_loss_coef * ((layers > 0 ? aux_batch / (double)layers : 0.0) - aux_workers);
     return DT_OK;
 }
 

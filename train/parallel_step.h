@@ -66,12 +66,17 @@ typedef struct train_parallel {
     dt_tensor *input_views, *target_views; /* [n_workers] row views of the batch */
     model_outputs *outputs;                /* [n_workers] each worker's last forward (its tensors live in its arena) */
     double forward_seconds, backward_seconds; /* worker 0's wall time in the last forward_backward (diagnostics) */
-    double forward_cpu_seconds, backward_cpu_seconds; /* worker 0's thread CPU time, same (robust to a loaded machine) */
+    double forward_cpu_seconds,
+        backward_cpu_seconds; /* worker 0's thread CPU time, same (robust to a loaded machine) */
     /* The spike guard's say in the next update (train/spike_guard.h): skip it
      * outright, or when the norm exceeds skip_norm_above (0: no limit). A
      * skipped update zeroes the gradients and leaves weights and state alone. */
     int skip_update;
     double skip_norm_above;
+    /* The passes of latent feedback the next training forward runs (SPEC
+     * §6.5; the trainer sets them per micro-batch, first_row being this
+     * process's first row). Evaluation always runs one plain pass. */
+    model_feedback_run feedback;
 } train_parallel;
 
 /* Sets up n_threads workers (0: k_get_threads()) for batches of B x T. The

@@ -5,6 +5,7 @@
  * the models layer's (model_config_set / model_config_get). */
 #include "train/run_config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,7 +17,15 @@
 #include "models/config_file.h"
 #include "models/config_value.h"
 
-typedef enum { VALUE_INT, VALUE_REAL, VALUE_PATH, VALUE_SCHEDULE, VALUE_OPTIMIZER, VALUE_REDUCE } value_kind;
+typedef enum {
+    VALUE_INT,
+    VALUE_REAL,
+    VALUE_PATH,
+    VALUE_SCHEDULE,
+    VALUE_OPTIMIZER,
+    VALUE_REDUCE,
+    VALUE_PASS_MIX
+} value_kind;
 
 typedef struct {
     const char *section;
@@ -50,6 +59,58 @@ train_config train_config_default(void) {
 
 /* ---- values ---- */
 
+/* "K:weight,..." (or "K") -> mix; errors name the key and the bad entry. */
+static dt_status parse_pass_mix(const char *key, const char *text, train_pass_mix *out) {
+    train_pass_mix mix;
+    memset(&mix, 0, sizeof mix);
+    const char *at = text;
+    double total = 0.0;
+    if (!*text) return dt_errorf("%s is empty (K:weight,..., e.g. 1:0.75,2:0.25)", key);
+    while (*at) {
+        if (mix.n == TRAIN_PASS_MIX_MAX)
+            return dt_errorf("%s = '%s': more than %d entries", key, text, TRAIN_PASS_MIX_MAX);
+        char *end = NULL;
+        errno = 0;
+        const long long passes = strtoll(at, &end, 10);
+        if (end == at || errno || passes < 1 || passes > TRAIN_MAX_PASSES)
+            return dt_errorf("%s = '%s': passes must be integers in 1..%d", key, text, TRAIN_MAX_PASSES);
+        double weight = 1.0;
+        if (*end == ':') {
+            const char *w = end + 1;
+            weight = strtod(w, &end);
+            if (end == w || !isfinite(weight) || weight <= 0.0)
+                return dt_errorf("%s = '%s': weights must be positive numbers", key, text);
+        }
+        if (*end && *end != ',') return dt_errorf("%s = '%s': expected K:weight,... (e.g. 1:0.75,2:0.25)", key, text);
+        for (int i = 0; i < mix.n; i++)
+            if (mix.passes[i] == passes) return dt_errorf("%s = '%s': K = %lld appears twice", key, text, passes);
+        mix.passes[mix.n] = passes;
+        mix.weight[mix.n++] = weight;
+        total += weight;
+        at = *end ? end + 1 : end;
+        if (*end && !*at) return dt_errorf("%s = '%s': trailing comma", key, text);
+    }
+    if (fabs(total - 1.0) > 1e-6) return dt_errorf("%s = '%s': the weights sum to %g, not 1", key, text, total);
+    *out = mix;
+    return DT_OK;
+}
+
+int64_t train_pass_mix_max(const train_pass_mix *mix) {
+    int64_t largest = 1;
+    for (int i = 0; i < mix->n; i++)
+        largest = mix->passes[i] > largest ? mix->passes[i] : largest;
+    return largest;
+}
+
+int64_t train_pass_mix_pick(const train_pass_mix *mix, double r) {
+    double cumulative = 0.0;
+    for (int i = 0; i < mix->n; i++) {
+        cumulative += mix->weight[i];
+        if (r < cumulative) return mix->passes[i];
+    }
+    return mix->n > 0 ? mix->passes[mix->n - 1] : 1; /* r above a sum rounded below 1 */
+}
+
 /* text is already trimmed (or stored verbatim). */
 static dt_status set_value(train_config *cfg, const config_key *k, const char *text) {
     void *field = (char *)cfg + k->offset;
@@ -78,6 +139,8 @@ static dt_status set_value(train_config *cfg, const config_key *k, const char *t
         if (dt_comm_reduce_parse(text, field) != DT_OK)
             return dt_errorf("%s = '%s' must be ordered|fast", k->full_name, text);
         return DT_OK;
+    case VALUE_PASS_MIX:
+        return parse_pass_mix(k->full_name, text, field);
     }
     return DT_ERR;
 }
@@ -103,6 +166,19 @@ static void get_value(const train_config *cfg, const config_key *k, char *text, 
     case VALUE_REDUCE:
         snprintf(text, capacity, "%s", dt_comm_reduce_name(*(const dt_comm_reduce *)field));
         break;
+    case VALUE_PASS_MIX: {
+        const train_pass_mix *mix = field;
+        size_t used = 0;
+        if (capacity) text[0] = '\0';
+        for (int i = 0; i < mix->n && used < capacity; i++) {
+            char weight[40];
+            config_format_real(mix->weight[i], weight, (int)sizeof weight);
+            int n =
+                snprintf(text + used, capacity - used, "%s%lld:%s", i ? "," : "", (long long)mix->passes[i], weight);
+            if (n > 0) used += (size_t)n;
+        }
+        break;
+    }
     }
 }
 
@@ -224,6 +300,9 @@ dt_status train_config_validate(train_config *cfg) {
         return dt_errorf("train.tokens = %lld is less than one step (batch_size * seq_len * grad_accum = %lld)",
                          (long long)cfg->tokens, (long long)train_config_tokens_per_step(cfg));
     if (cfg->min_lr > cfg->lr) return dt_errorf("train.min_lr = %g must be <= train.lr = %g", cfg->min_lr, cfg->lr);
+    if (!cfg->model.feedback && train_pass_mix_max(&cfg->feedback_passes) > 1)
+        return dt_errorf("train.feedback_passes asks for %lld passes, which needs model.feedback = 1 (SPEC §6.5)",
+                         (long long)train_pass_mix_max(&cfg->feedback_passes));
     if (cfg->out_dir[0] == '\0') return dt_errorf("train.out_dir is empty");
     if (cfg->log_file[0] == '\0') return dt_errorf("train.log_file is empty");
     return DT_OK;

@@ -21,6 +21,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "models/config.h"
+#include "models/feedback.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 
@@ -34,6 +35,21 @@ enum { TRAIN_PATH_MAX = 1024 };
 #define TRAIN_FIELD_SCHEDULE(field)  optim_schedule_kind field;
 #define TRAIN_FIELD_OPTIMIZER(field) optim_kind field;
 #define TRAIN_FIELD_REDUCE(field)    dt_comm_reduce field;
+#define TRAIN_FIELD_PASS_MIX(field)  train_pass_mix field;
+
+/* train.feedback_passes (SPEC §6.5): the distribution of the passes K a step
+ * runs, "K:weight,..." with distinct K in 1..TRAIN_MAX_PASSES and positive
+ * weights summing to 1 ("K" alone: always K). */
+enum { TRAIN_MAX_PASSES = MODEL_FEEDBACK_MAX_PASSES, TRAIN_PASS_MIX_MAX = 8 };
+typedef struct train_pass_mix {
+    int n;
+    int64_t passes[TRAIN_PASS_MIX_MAX];
+    double weight[TRAIN_PASS_MIX_MAX];
+} train_pass_mix;
+/* The largest K of the mix. */
+int64_t train_pass_mix_max(const train_pass_mix *mix);
+/* K for a uniform draw r in [0, 1): the first entry whose cumulative weight exceeds r. */
+int64_t train_pass_mix_pick(const train_pass_mix *mix, double r);
 
 typedef struct train_config {
     model_config model; /* [model] */

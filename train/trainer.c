@@ -324,6 +324,31 @@ static dt_status rank_views(trainer *t, int64_t first, int64_t rows) {
     return DT_OK;
 }
 
+/* The passes of latent feedback a step runs (SPEC §6.5): K = 1 for the
+ * first feedback_start of the steps, then a draw from feedback_passes, from
+ * the trainer's checkpointed stream (so a resumed run draws the same). */
+static int64_t feedback_passes_of_step(trainer *t, int64_t step) {
+    const train_config *c = &t->cfg;
+    if (!c->model.feedback) return 1;
+    if ((double)step < c->feedback_start * (double)t->total_steps) return 1;
+    return train_pass_mix_pick(&c->feedback_passes, (double)dt_rng_uniform(&t->state.trainer_rng));
+}
+
+/* The micro-batch's feedback run: the step's K, its own seed for the jitter
+ * and prefix draws, this process's first row of the batch. */
+static model_feedback_run feedback_run_of(trainer *t, int64_t passes) {
+    const train_config *c = &t->cfg;
+    model_feedback_run run = model_feedback_plain();
+    if (!c->model.feedback) return run;
+    run.passes = passes;
+    run.lambda = c->feedback_lambda;
+    run.jitter = (float)c->feedback_jitter;
+    run.prefix_mixin = (int)c->feedback_prefix_mixin;
+    run.seed = dt_rng_next(&t->state.trainer_rng);
+    run.first_row = t->comm->rank * t->rank_rows;
+    return run;
+}
+
 dt_status trainer_step(trainer *t, train_step_record *record) {
     const train_config *c = &t->cfg;
     const int64_t step = t->state.step; /* 0-based index of the step being taken */
@@ -335,7 +360,9 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
      * this process's rows, then (several processes) the mean over them. */
     double sums[5] = {0, 0, 0, 0, 0};
     const double inv = 1.0 / (double)c->grad_accum;
+    const int64_t passes = feedback_passes_of_step(t, step);
     for (int64_t micro = 0; micro < c->grad_accum; micro++) {
+        t->parallel.feedback = feedback_run_of(t, passes);
         /* Every process draws the whole batch (one seeded stream) and takes its rows. */
         if (data_loader_next(&t->loader, dt_i32(t->inputs), dt_i32(t->targets)) != DT_OK ||
             rank_views(t, t->comm->rank * t->rank_rows, t->rank_rows) != DT_OK)
