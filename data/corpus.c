@@ -294,6 +294,7 @@ const int data_corpus_n_kernel_code_dirs =
 static dt_status buffer_append_kernel_tar(byte_buffer *buffer, const char *archive, data_kernel_part part) {
     if (dt_check_input_file(archive) != DT_OK) return DT_ERR;
     if (strchr(archive, '\'')) return dt_errorf("%s: a path with a single quote is not supported", archive);
+    if (strlen(archive) > 4096) return dt_errorf("%.64s...: the tarball's path is longer than 4096 bytes", archive);
     if (!program_on_path("tar") || !program_on_path("xz"))
         return dt_errorf("reading %s needs tar and xz on PATH (apt-get install tar xz-utils)", archive);
     /* GNU tar's inclusion wildcards match '/' too, so DIR/\*.c takes the whole subtree;
