@@ -14,10 +14,12 @@
 #include "data/tokens.h"
 
 enum { MAX_INPUTS = 4096 };
+/* The sample's seed is fixed: one corpus and one --bpe-sample give one tokenizer. */
+#define BPE_SAMPLE_SEED 1337u
 
 static void print_help(void) {
-    printf("usage: dbranch prepare (--input FILE... | --preset kjv|pycode) [--tokenizer byte|bpe] [--vocab N]\n"
-           "                       [--val-fraction F] --out DATA.h5\n"
+    printf("usage: dbranch prepare (--input FILE... | --preset kjv|pycode|large) [--tokenizer byte|bpe] [--vocab N]\n"
+           "                       [--bpe-sample BYTES] [--val-fraction F] --out DATA.h5\n"
            "\n"
            "Tokenizes a corpus into a token dataset file (HDF5, SPEC §5).\n"
            "\n"
@@ -27,8 +29,15 @@ static void print_help(void) {
            "  --preset pycode     every *.py file of python3's standard library (sysconfig 'stdlib'),\n"
            "                      without site-packages, dist-packages and test directories, sorted\n"
            "                      bytewise by relative path and concatenated\n"
+           "  --preset large      prose and code, about 400 MB (150M BPE tokens at --vocab 8192): the KJV,\n"
+           "                      the GCIDE dictionary (dict-gcide), the Linux kernel's Documentation\n"
+           "                      *.rst/*.txt and its *.c/*.h of 24 directories (linux-source-6.1,\n"
+           "                      streamed from /usr/src/linux-source-6.1.tar.xz, not unpacked)\n"
            "  --tokenizer KIND    byte (V = 256, default) or bpe (byte-level BPE, GPT-2 style pre-split)\n"
            "  --vocab N           BPE vocabulary size, 256..65536 (default 4096)\n"
+           "  --bpe-sample BYTES  learn the merges on a seeded sample of about BYTES of the training text\n"
+           "                      (64 KiB blocks drawn without replacement, in corpus order; 0 = all of\n"
+           "                      it, the default); the whole corpus is still encoded\n"
            "  --val-fraction F    fraction of the corpus held out for validation, in (0, 1) (default 0.05)\n"
            "  --out PATH          the token file to write (written as PATH.tmp, then renamed)\n"
            "\n"
@@ -87,7 +96,7 @@ int cmd_prepare(int argc, char **argv) {
     const char *inputs[MAX_INPUTS];
     int n_inputs = 0;
     const char *preset = NULL, *tokenizer_kind = "byte", *out_path = NULL;
-    const char *vocab_text = NULL, *fraction_text = NULL;
+    const char *vocab_text = NULL, *fraction_text = NULL, *sample_text = NULL;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         int has_value = i + 1 < argc && !starts_option(argv[i + 1]);
@@ -98,7 +107,7 @@ int cmd_prepare(int argc, char **argv) {
                 inputs[n_inputs++] = argv[++i];
             }
         } else if (!strcmp(arg, "--preset") || !strcmp(arg, "--tokenizer") || !strcmp(arg, "--vocab") ||
-                   !strcmp(arg, "--val-fraction") || !strcmp(arg, "--out")) {
+                   !strcmp(arg, "--val-fraction") || !strcmp(arg, "--out") || !strcmp(arg, "--bpe-sample")) {
             if (!has_value) return fail("%s needs a value", arg);
             const char *value = argv[++i];
             if (!strcmp(arg, "--preset"))
@@ -109,6 +118,8 @@ int cmd_prepare(int argc, char **argv) {
                 vocab_text = value;
             else if (!strcmp(arg, "--val-fraction"))
                 fraction_text = value;
+            else if (!strcmp(arg, "--bpe-sample"))
+                sample_text = value;
             else
                 out_path = value;
         } else {
@@ -119,12 +130,12 @@ int cmd_prepare(int argc, char **argv) {
     /* Validate everything before reading a byte. */
     if (!out_path) return fail("%s", "--out PATH is required");
     if (preset && n_inputs) return fail("%s", "use either --input or --preset, not both");
-    if (!preset && !n_inputs) return fail("%s", "give --input FILE... or --preset kjv|pycode");
+    if (!preset && !n_inputs) return fail("%s", "give --input FILE... or --preset kjv|pycode|large");
     for (int i = 0; i < n_inputs; i++)
         if (same_file(inputs[i], out_path))
             return fail("--out '%s' is one of the --input files: it would overwrite the corpus", out_path);
-    if (preset && strcmp(preset, "kjv") && strcmp(preset, "pycode"))
-        return fail("unknown preset '%s' (expected kjv or pycode)", preset);
+    if (preset && strcmp(preset, "kjv") && strcmp(preset, "pycode") && strcmp(preset, "large"))
+        return fail("unknown preset '%s' (expected kjv, pycode or large)", preset);
     int is_bpe = !strcmp(tokenizer_kind, "bpe");
     if (!is_bpe && strcmp(tokenizer_kind, "byte"))
         return fail("unknown tokenizer '%s' (expected byte or bpe)", tokenizer_kind);
@@ -136,6 +147,15 @@ int cmd_prepare(int argc, char **argv) {
         if (errno || end == vocab_text || *end) return fail("--vocab '%s' is not an integer", vocab_text);
         if (!is_bpe && vocab != 256) return fail("--vocab %s: the byte tokenizer has exactly 256 tokens", vocab_text);
         if (vocab < 256 || vocab > 65536) return fail("--vocab %s is outside [256, 65536]", vocab_text);
+    }
+    long long bpe_sample = 0;
+    if (sample_text) {
+        char *end = NULL;
+        errno = 0;
+        bpe_sample = strtoll(sample_text, &end, 10);
+        if (errno || end == sample_text || *end || bpe_sample < 0)
+            return fail("--bpe-sample '%s' is not a byte count >= 0", sample_text);
+        if (!is_bpe) return fail("--bpe-sample %s needs --tokenizer bpe", sample_text);
     }
     double val_fraction = 0.05;
     if (fraction_text) {
@@ -164,8 +184,20 @@ int cmd_prepare(int argc, char **argv) {
     free(corpus.bytes);
     corpus.bytes = NULL;
 
-    data_tokenizer tok;
-    status = is_bpe ? data_tokenizer_train_bpe(&tok, train_text, n_train_bytes, vocab) : data_tokenizer_byte(&tok);
+    /* The merges' text: all of train, or a seeded sample of it (--bpe-sample). */
+    const uint8_t *merge_text = train_text;
+    size_t n_merge_bytes = n_train_bytes;
+    uint8_t *sample = NULL;
+    data_tokenizer tok = {0};
+    status = DT_OK;
+    if (is_bpe && bpe_sample > 0 && (size_t)bpe_sample < n_train_bytes) {
+        status = data_corpus_sample_blocks(train_text, n_train_bytes, (size_t)bpe_sample, BPE_SAMPLE_SEED, &sample,
+                                           &n_merge_bytes);
+        merge_text = sample;
+    }
+    if (status == DT_OK)
+        status = is_bpe ? data_tokenizer_train_bpe(&tok, merge_text, n_merge_bytes, vocab) : data_tokenizer_byte(&tok);
+    free(sample);
     double t_tokenizer = seconds_now();
     int32_t *train_tokens = NULL, *val_tokens = NULL;
     int64_t n_train = 0, n_val = 0;
@@ -189,9 +221,13 @@ int cmd_prepare(int argc, char **argv) {
                (long long)data_corpus_split_parts(n_corpus_bytes));
         printf("  tokenizer    %s, vocab %lld", is_bpe ? "bpe" : "byte", (long long)tok.vocab_size);
         if (is_bpe && tok.vocab_size < vocab) printf(" (asked %lld: the corpus ran out of pairs)", vocab);
+        if (is_bpe)
+            printf(", merges learned on %zu bytes (%.1f MB/s)", n_merge_bytes,
+                   (double)n_merge_bytes / 1e6 / (t_tokenizer - t_read > 0 ? t_tokenizer - t_read : 1e-9));
         printf("\n");
-        printf("  tokens       %lld (train %lld, val %lld)\n", (long long)n_tokens, (long long)n_train,
-               (long long)n_val);
+        printf("  tokens       %lld (train %lld, val %lld), encoded at %.1f MB/s\n", (long long)n_tokens,
+               (long long)n_train, (long long)n_val,
+               (double)n_corpus_bytes / 1e6 / (t_encode - t_tokenizer > 0 ? t_encode - t_tokenizer : 1e-9));
         printf("  bytes/token  %.3f (train %.3f, val %.3f)\n", (double)n_corpus_bytes / (double)n_tokens,
                (double)n_train_bytes / (double)n_train, (double)n_val_bytes / (double)n_val);
         printf("  time         %.2f s (read %.2f, tokenizer %.2f, encode %.2f, write %.2f)\n", t_write - t_start,

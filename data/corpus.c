@@ -1,7 +1,9 @@
-/* Raw corpora for `dbranch prepare` (data/corpus.h): files, the kjv and
- * pycode presets, and the block train/val split of the raw bytes. */
+/* Raw corpora for `dbranch prepare` (data/corpus.h): files, the kjv, pycode
+ * and large presets, the block train/val split of the raw bytes, and the
+ * seeded block sample BPE merges are learned on for a large corpus. */
 #include "data/corpus.h"
 #include "core/input_file.h"
+#include "core/rng.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,6 +14,8 @@
 #include <unistd.h>
 
 #define KJV_RANGE             "Genesis 1:1-Revelation 22:21"
+#define KERNEL_TARBALL        "/usr/src/linux-source-6.1.tar.xz"
+#define GCIDE_DICT            "/usr/share/dictd/gcide.dict.dz"
 #define PYTHON_STDLIB_COMMAND "python3 -c \"import sysconfig;print(sysconfig.get_paths()['stdlib'])\""
 
 /* A growable byte buffer. */
@@ -119,19 +123,26 @@ static dt_status buffer_append_command(byte_buffer *buffer, const char *command)
     return status;
 }
 
-static dt_status corpus_kjv(data_corpus *corpus) {
+/* Appends the KJV (stdout of the bible program); prefix names the preset in errors. */
+static dt_status buffer_append_kjv(byte_buffer *buffer, const char *preset) {
     if (!program_on_path("bible"))
-        return dt_errorf("preset kjv needs the 'bible' program: install Debian's bible-kjv package "
-                         "(apt-get install bible-kjv)");
+        return dt_errorf("preset %s needs the 'bible' program: install Debian's bible-kjv package "
+                         "(apt-get install bible-kjv)",
+                         preset);
+    const size_t before = buffer->size;
+    if (buffer_append_command(buffer, "bible \"" KJV_RANGE "\" 2>/dev/null") != DT_OK)
+        return dt_error_context("preset %s", preset);
+    if (buffer->size - before < 1000000)
+        return dt_errorf("preset %s: 'bible \"%s\"' printed only %zu bytes (expected about 4.3 MB)", preset, KJV_RANGE,
+                         buffer->size - before);
+    return DT_OK;
+}
+
+static dt_status corpus_kjv(data_corpus *corpus) {
     byte_buffer buffer = {0};
-    if (buffer_append_command(&buffer, "bible \"" KJV_RANGE "\" 2>/dev/null") != DT_OK) {
+    if (buffer_append_kjv(&buffer, "kjv") != DT_OK) {
         free(buffer.data);
-        return dt_error_context("preset kjv");
-    }
-    if (buffer.size < 1000000) {
-        free(buffer.data);
-        return dt_errorf("preset kjv: 'bible \"%s\"' printed only %zu bytes (expected about 4.3 MB)", KJV_RANGE,
-                         buffer.size);
+        return DT_ERR;
     }
     corpus_take(corpus, &buffer);
     corpus->n_files = 1;
@@ -207,6 +218,11 @@ static dt_status collect_python_files(const char *root, const char *relative, pa
 
 static int compare_paths(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+static int compare_sizes(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 dt_status data_corpus_read_python_tree(data_corpus *corpus, const char *root) {
     memset(corpus, 0, sizeof *corpus);
     struct stat info;
@@ -262,11 +278,151 @@ static dt_status corpus_pycode(data_corpus *corpus) {
     return DT_OK;
 }
 
+/* ------------------------------------------------------- large preset */
+
+const char *const data_corpus_kernel_code_dirs[] = {
+    "kernel",       "mm",          "fs",          "net",           "include",      "lib",
+    "block",        "crypto",      "security",    "ipc",           "init",         "virt",
+    "io_uring",     "arch/x86",    "drivers/net", "drivers/usb",   "drivers/base", "drivers/block",
+    "drivers/char", "drivers/pci", "drivers/tty", "drivers/input", "drivers/md",   "drivers/nvme",
+};
+const int data_corpus_n_kernel_code_dirs =
+    (int)(sizeof data_corpus_kernel_code_dirs / sizeof *data_corpus_kernel_code_dirs);
+
+/* Appends the members of the kernel tarball that make up `part`, streamed
+ * through tar in archive order: nothing is unpacked to disk. */
+static dt_status buffer_append_kernel_tar(byte_buffer *buffer, const char *archive, data_kernel_part part) {
+    if (dt_check_input_file(archive) != DT_OK) return DT_ERR;
+    if (strchr(archive, '\'')) return dt_errorf("%s: a path with a single quote is not supported", archive);
+    if (strlen(archive) > 4096) return dt_errorf("%.64s...: the tarball's path is longer than 4096 bytes", archive);
+    if (!program_on_path("tar") || !program_on_path("xz"))
+        return dt_errorf("reading %s needs tar and xz on PATH (apt-get install tar xz-utils)", archive);
+    /* GNU tar's inclusion wildcards match '/' too, so DIR/\*.c takes the whole subtree;
+     * a pattern that matches nothing makes tar fail, which is an error here. */
+    char command[8192];
+    int n = snprintf(command, sizeof command, "tar -xJOf '%s' --wildcards", archive);
+    if (part == DATA_KERNEL_DOCUMENTATION) {
+        n += snprintf(command + n, sizeof command - (size_t)n,
+                      " '" DATA_KERNEL_PREFIX "Documentation/*.rst' '" DATA_KERNEL_PREFIX "Documentation/*.txt'");
+    } else {
+        for (int i = 0; i < data_corpus_n_kernel_code_dirs; i++)
+            n += snprintf(command + n, sizeof command - (size_t)n, " '" DATA_KERNEL_PREFIX "%s/*.[ch]'",
+                          data_corpus_kernel_code_dirs[i]);
+    }
+    snprintf(command + n, sizeof command - (size_t)n, " 2>/dev/null");
+    if (buffer_append_command(buffer, command) != DT_OK)
+        return dt_error_context("%s: reading the kernel %s (is it the linux-source-6.1 tarball?)", archive,
+                                part == DATA_KERNEL_DOCUMENTATION ? "Documentation" : "sources");
+    return DT_OK;
+}
+
+dt_status data_corpus_read_kernel_tar(data_corpus *corpus, const char *archive, data_kernel_part part) {
+    memset(corpus, 0, sizeof *corpus);
+    byte_buffer buffer = {0};
+    if (buffer_append_kernel_tar(&buffer, archive, part) != DT_OK) {
+        free(buffer.data);
+        return DT_ERR;
+    }
+    corpus_take(corpus, &buffer);
+    corpus->n_files = 1;
+    snprintf(corpus->source, sizeof corpus->source, "kernel %s of %.900s",
+             part == DATA_KERNEL_DOCUMENTATION ? "Documentation" : "sources", archive);
+    return DT_OK;
+}
+
+/* Appends the decompressed GCIDE dictionary (dictzip is gzip-compatible). */
+static dt_status buffer_append_gcide(byte_buffer *buffer, const char *path) {
+    if (dt_check_input_file(path) != DT_OK) return DT_ERR;
+    if (strchr(path, '\'')) return dt_errorf("%s: a path with a single quote is not supported", path);
+    if (!program_on_path("gzip")) return dt_errorf("reading %s needs gzip on PATH (apt-get install gzip)", path);
+    char command[4200];
+    snprintf(command, sizeof command, "gzip -dc '%s'", path);
+    return buffer_append_command(buffer, command);
+}
+
+dt_status data_corpus_read_large(data_corpus *corpus, const char *kernel_tarball, const char *gcide_dict) {
+    memset(corpus, 0, sizeof *corpus);
+    struct stat info;
+    if (stat(kernel_tarball, &info) != 0)
+        return dt_errorf("preset large needs %s: install Debian's linux-source-6.1 package "
+                         "(apt-get install linux-source-6.1)",
+                         kernel_tarball);
+    if (stat(gcide_dict, &info) != 0)
+        return dt_errorf("preset large needs %s: install Debian's dict-gcide package (apt-get install dict-gcide)",
+                         gcide_dict);
+    byte_buffer buffer = {0};
+    /* Prose first, then code: the block split takes validation text from every twentieth of the corpus. */
+    size_t sizes[4] = {0};
+    dt_status status = buffer_append_kjv(&buffer, "large");
+    sizes[0] = buffer.size;
+    if (status == DT_OK) status = buffer_append_gcide(&buffer, gcide_dict);
+    sizes[1] = buffer.size;
+    if (status == DT_OK) status = buffer_append_kernel_tar(&buffer, kernel_tarball, DATA_KERNEL_DOCUMENTATION);
+    sizes[2] = buffer.size;
+    if (status == DT_OK) status = buffer_append_kernel_tar(&buffer, kernel_tarball, DATA_KERNEL_CODE);
+    sizes[3] = buffer.size;
+    if (status != DT_OK) {
+        free(buffer.data);
+        return dt_error_context("preset large");
+    }
+    corpus_take(corpus, &buffer);
+    corpus->n_files = 4;
+    snprintf(corpus->source, sizeof corpus->source,
+             "large: KJV (bible-kjv, %zu bytes) + GCIDE (%s, %zu bytes) + kernel Documentation *.rst/*.txt (%zu "
+             "bytes) + kernel *.c/*.h of %d directories (%zu bytes), from %s",
+             sizes[0], gcide_dict, sizes[1] - sizes[0], sizes[2] - sizes[1], data_corpus_n_kernel_code_dirs,
+             sizes[3] - sizes[2], kernel_tarball);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------- BPE sample */
+
+dt_status data_corpus_sample_blocks(const uint8_t *bytes, size_t n_bytes, size_t sample_bytes, uint64_t seed,
+                                    uint8_t **sample, size_t *n_sample) {
+    *sample = NULL;
+    *n_sample = 0;
+    const size_t block = DATA_SAMPLE_BLOCK;
+    const size_t n_blocks = (n_bytes + block - 1) / block;
+    size_t take = (sample_bytes + block - 1) / block;
+    if (take > n_blocks) take = n_blocks;
+    size_t *order = malloc((n_blocks > 0 ? n_blocks : 1) * sizeof *order);
+    uint8_t *out = malloc((take * block < n_bytes ? take * block : n_bytes) + 1);
+    if (!order || !out) {
+        free(order);
+        free(out);
+        return dt_errorf("out of memory sampling %zu bytes", sample_bytes);
+    }
+    /* The first `take` entries of a seeded Fisher-Yates shuffle, then back in corpus order. */
+    for (size_t i = 0; i < n_blocks; i++)
+        order[i] = i;
+    dt_rng rng;
+    dt_rng_seed(&rng, seed);
+    for (size_t i = 0; i < take; i++) {
+        size_t j = i + (size_t)dt_rng_below(&rng, (uint64_t)(n_blocks - i));
+        size_t swap = order[i];
+        order[i] = order[j];
+        order[j] = swap;
+    }
+    qsort(order, take, sizeof *order, compare_sizes);
+    size_t used = 0;
+    for (size_t i = 0; i < take; i++) {
+        size_t begin = order[i] * block, length = n_bytes - begin < block ? n_bytes - begin : block;
+        memcpy(out + used, bytes + begin, length);
+        used += length;
+    }
+    out[used] = '\0';
+    free(order);
+    *sample = out;
+    *n_sample = used;
+    return DT_OK;
+}
+
 dt_status data_corpus_preset(data_corpus *corpus, const char *name) {
     memset(corpus, 0, sizeof *corpus);
     if (!strcmp(name, "kjv")) return corpus_kjv(corpus);
     if (!strcmp(name, "pycode")) return corpus_pycode(corpus);
-    return dt_errorf("unknown preset '%s' (expected kjv or pycode)", name);
+    if (!strcmp(name, "large")) return data_corpus_read_large(corpus, KERNEL_TARBALL, GCIDE_DICT);
+    return dt_errorf("unknown preset '%s' (expected kjv, pycode or large)", name);
 }
 
 /* ------------------------------------------------------------------ split */

@@ -20,6 +20,9 @@
 #   triplu     product FFNs (SPEC §6.1) in the TriPLU paper's regime: llama,
 #              char-level 1M-byte KJV prefix, 4 layers, d 128; SwiGLU vs
 #              triplu, prod2, prod4 at a low and a hot constant lr
+#   noise      the noise pilot of issue 16 (experiments/noise/): baseline and
+#              twin pairs at one token budget, each variant changing batch
+#              size, schedule, clipping or width (NOISE_VARIANTS: a subset)
 #   all        the first four, in that order
 #
 # Usage: experiments/run.sh STUDY [--quick] [--seeds "1 2"] [--tokens N]
@@ -56,9 +59,9 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0";
 STUDY=$1
 shift
 case "$STUDY" in
-matched | control | ablations | moe | triplu | all) ;;
+matched | control | ablations | moe | triplu | noise | all) ;;
 -h | --help) usage; exit 0 ;;
-*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|all)" >&2; exit 2 ;;
+*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|noise|all)" >&2; exit 2 ;;
 esac
 
 QUICK=0
@@ -161,6 +164,8 @@ BRANCH=(--set model.branch=decode)
 . "$ROOT/experiments/moe/study.sh"
 # shellcheck source=triplu/study.sh
 . "$ROOT/experiments/triplu/study.sh"
+# shellcheck source=noise/study.sh
+. "$ROOT/experiments/noise/study.sh"
 
 case "$STUDY" in
 matched) study_matched ;;
@@ -168,6 +173,7 @@ control) study_control ;;
 ablations) study_ablations ;;
 moe) study_moe ;;
 triplu) study_triplu ;;
+noise) study_noise ;;
 all) study_matched; study_control; study_ablations; study_moe ;;
 esac
 echo "== done: $OUT" >&2

@@ -53,6 +53,8 @@ static dt_status check_params(optim_kind kind, const optim_param *params, int n_
         if (p->size < 1 || p->offset < 0 || p->offset > n_floats - p->size)
             return dt_errorf("optimizer: parameter '%s' ([%lld] at %lld) lies outside the flat buffers of %lld floats",
                              name, (long long)p->size, (long long)p->offset, (long long)n_floats);
+        if (!(p->lr_scale >= 0.0 && p->lr_scale < 1e30)) /* also rejects NaN */
+            return dt_errorf("optimizer: parameter '%s' has lr_scale %g (must be finite and >= 0)", name, p->lr_scale);
         if (kind == OPTIM_MUON && p->muon && (p->ndim < 2 || p->ndim > 3))
             return dt_errorf("optimizer: Muon parameter '%s' has %d dims (must be 2 or 3)", name, p->ndim);
     }

@@ -36,6 +36,7 @@
  *     p   <- p - muon_lr * sqrt(max(1, rows / cols)) * u
  * With optimizer = muon, parameters without the muon flag (embeddings, the
  * head, norms, biases, coupling vectors, routers) are updated by AdamW.
+ * AdamW's lr is per parameter group: lr * param.lr_scale.
  *
  * Determinism: the work is a fixed list of chunks (AdamW parameters in
  * pieces of OPTIM_CHUNK floats, Muon matrices whole) whose squared sums are
@@ -69,6 +70,11 @@ typedef struct optim_param {
     int64_t size;
     int decay; /* decoupled weight decay applies (matrices that are not embeddings) */
     int muon;  /* eligible for Muon: a hidden matrix [rows, cols] or experts [E, rows, cols] */
+    /* Its parameter group's AdamW learning rate over the update's lr (the
+     * paper's recipe gives embeddings, the head and the vectors their own):
+     * the step uses lr * lr_scale, its decoupled decay too. 0 is read as 1,
+     * so a descriptor that names no group keeps the one lr. Ignored by Muon. */
+    double lr_scale;
 } optim_param;
 
 typedef struct optim_hparams {

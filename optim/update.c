@@ -110,8 +110,12 @@ static void update_chunk(const optimizer *opt, const optim_chunk *chunk, float c
                           param->decay ? hp->muon_weight_decay : 0.0, muon_work);
         memset(grad, 0, (size_t)n * sizeof *grad);
     } else {
-        const float decay = (float)(1.0 - lr * (param->decay ? hp->weight_decay : 0.0));
-        optim_adamw_update(opt->data + start, grad, opt->m + state, opt->v + state, n, clip, decay, adamw);
+        /* The parameter's group lr; scale 1 keeps the shared constants bit for bit. */
+        const double scale = param->lr_scale > 0.0 ? param->lr_scale : 1.0;
+        optim_adamw_step scaled = *adamw;
+        if (scale != 1.0) scaled.step_size = (float)((double)adamw->step_size * scale);
+        const float decay = (float)(1.0 - lr * scale * (param->decay ? hp->weight_decay : 0.0));
+        optim_adamw_update(opt->data + start, grad, opt->m + state, opt->v + state, n, clip, decay, &scaled);
     }
 }
 

@@ -320,3 +320,188 @@ Test(cli_prepare, python_tree_order_and_exclusions) {
     data_corpus_free(&corpus);
     free(root);
 }
+
+/* ---- preset large: the kernel tarball's parts, the BPE sample ---- */
+
+static int compare_strings(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Writes root/NAME with content "<NAME>\n" (directories made as needed). */
+static void write_member(const char *root, const char *name) {
+    char path[1200], command[1400];
+    snprintf(path, sizeof path, "%s/%s", root, name);
+    snprintf(command, sizeof command, "mkdir -p \"$(dirname '%s')\"", path);
+    cr_assert_eq(system(command), 0);
+    char content[600];
+    snprintf(content, sizeof content, "<%s>\n", name);
+    write_text(path, content, strlen(content));
+}
+
+/* The concatenated contents of the given members in bytewise order of their
+ * names (the archive order of `tar --sort=name` for these names). */
+static char *expected_concatenation(char **names, int n) {
+    qsort(names, (size_t)n, sizeof *names, compare_strings);
+    char *text = calloc(1, 65536);
+    for (int i = 0; i < n; i++) {
+        size_t used = strlen(text);
+        snprintf(text + used, 65536 - used, "<%s>\n", names[i]);
+    }
+    return text;
+}
+
+/* A fixture tree shaped like linux-source-6.1: a .c at the top and a .h two
+ * levels down in each code directory, Documentation in *.rst / *.txt, and
+ * members of every kind the parts must skip. */
+Test(cli_prepare, kernel_tarball_parts_pick_their_members) {
+    char *root = temp_path("kernel");
+    char *code[256], *docs[8];
+    int n_code = 0, n_docs = 0;
+    for (int d = 0; d < data_corpus_n_kernel_code_dirs; d++) {
+        char name[256];
+        snprintf(name, sizeof name, DATA_KERNEL_PREFIX "%s/top.c", data_corpus_kernel_code_dirs[d]);
+        code[n_code++] = strdup(name);
+        snprintf(name, sizeof name, DATA_KERNEL_PREFIX "%s/sub/deeper/part.h", data_corpus_kernel_code_dirs[d]);
+        code[n_code++] = strdup(name);
+    }
+    docs[n_docs++] = strdup(DATA_KERNEL_PREFIX "Documentation/index.rst");
+    docs[n_docs++] = strdup(DATA_KERNEL_PREFIX "Documentation/admin-guide/notes.txt");
+    const char *skipped[] = {DATA_KERNEL_PREFIX "drivers/gpu/drm/amd/regs.h", /* left out on purpose */
+                             DATA_KERNEL_PREFIX "arch/arm/kernel/setup.c",    /* other architectures */
+                             DATA_KERNEL_PREFIX "tools/perf/builtin.c",
+                             DATA_KERNEL_PREFIX "kernel/Makefile",
+                             DATA_KERNEL_PREFIX "kernel/sched/core.o",
+                             DATA_KERNEL_PREFIX "kernel/script.py",
+                             DATA_KERNEL_PREFIX "Documentation/conf.py",
+                             DATA_KERNEL_PREFIX "Documentation/devicetree/binding.yaml",
+                             DATA_KERNEL_PREFIX "README"};
+    for (int i = 0; i < n_code; i++)
+        write_member(root, code[i]);
+    for (int i = 0; i < n_docs; i++)
+        write_member(root, docs[i]);
+    for (size_t i = 0; i < sizeof skipped / sizeof *skipped; i++)
+        write_member(root, skipped[i]);
+    char *archive = temp_path("linux.tar.xz"), command[1400];
+    snprintf(command, sizeof command, "tar --sort=name -cJf '%s' -C '%s' linux-source-6.1", archive, root);
+    cr_assert_eq(system(command), 0);
+
+    const data_kernel_part parts[2] = {DATA_KERNEL_CODE, DATA_KERNEL_DOCUMENTATION};
+    char *want[2] = {expected_concatenation(code, n_code), expected_concatenation(docs, n_docs)};
+    char *want_code = strdup(want[0]), *want_docs = strdup(want[1]);
+    for (int p = 0; p < 2; p++) {
+        data_corpus corpus;
+        cr_assert_eq(data_corpus_read_kernel_tar(&corpus, archive, parts[p]), DT_OK, "%s", dt_error_message());
+        cr_assert_eq(corpus.n_bytes, strlen(want[p]), "part %d: got %.*s", p, (int)corpus.n_bytes, corpus.bytes);
+        cr_assert(memcmp(corpus.bytes, want[p], corpus.n_bytes) == 0, "part %d: got\n%s\nwant\n%s", p, corpus.bytes,
+                  want[p]);
+        data_corpus_free(&corpus);
+        free(want[p]);
+    }
+
+    /* The whole preset on the fixtures: KJV, then GCIDE, Documentation, code, each whole. */
+    char *gcide = temp_path("gcide.dict.dz");
+    snprintf(command, sizeof command, "printf 'Abdication, n. The act of abdicating.\\n' | gzip -c > '%s'", gcide);
+    cr_assert_eq(system(command), 0);
+    data_corpus large;
+    cr_assert_eq(data_corpus_read_large(&large, archive, gcide), DT_OK, "%s", dt_error_message());
+    char *tail = calloc(1, 65536);
+    snprintf(tail, 65536, "Abdication, n. The act of abdicating.\n%s%s", want_docs, want_code);
+    const size_t n_tail = strlen(tail);
+    cr_assert_gt(large.n_bytes, n_tail + 4000000, "the KJV comes first (%zu bytes in all)", large.n_bytes);
+    cr_assert(memcmp(large.bytes + large.n_bytes - n_tail, tail, n_tail) == 0, "GCIDE, Documentation, code last");
+    data_corpus_free(&large);
+    free(tail);
+    /* A missing package is one line naming it and the apt-get command. */
+    char *absent = temp_path("absent");
+    cr_assert_eq(data_corpus_read_large(&large, absent, gcide), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "apt-get install linux-source-6.1"), "%s", dt_error_message());
+    cr_assert_eq(data_corpus_read_large(&large, archive, absent), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "apt-get install dict-gcide"), "%s", dt_error_message());
+    free(absent);
+    free(gcide);
+
+    /* A tarball without one of the code directories is no kernel source: an error naming it. */
+    snprintf(command, sizeof command, "rm -r '%s/" DATA_KERNEL_PREFIX "mm' && tar -cJf '%s' -C '%s' linux-source-6.1",
+             root, archive, root);
+    cr_assert_eq(system(command), 0);
+    data_corpus corpus;
+    cr_assert_eq(data_corpus_read_kernel_tar(&corpus, archive, DATA_KERNEL_CODE), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "linux.tar.xz") != NULL, "%s", dt_error_message());
+    char *missing = temp_path("no-such.tar.xz");
+    cr_assert_eq(data_corpus_read_kernel_tar(&corpus, missing, DATA_KERNEL_CODE), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "no-such.tar.xz") != NULL, "%s", dt_error_message());
+    for (int i = 0; i < n_code; i++)
+        free(code[i]);
+    for (int i = 0; i < n_docs; i++)
+        free(docs[i]);
+    free(want_code);
+    free(want_docs);
+    free(missing);
+    free(archive);
+    free(root);
+}
+
+/* The sample is whole 64 KiB blocks of the text, in corpus order, the same
+ * for one seed; another seed draws other blocks; asking for more than the
+ * text gives all of it. */
+Test(cli_prepare, bpe_sample_is_seeded_whole_blocks) {
+    const size_t block = DATA_SAMPLE_BLOCK, n = 40 * block + 123;
+    uint8_t *text = malloc(n);
+    for (size_t i = 0; i < n; i++) /* each block starts with its own number */
+        text[i] = (uint8_t)(i % block == 0 ? i / block : (i * 31) % 251);
+    uint8_t *a, *b, *c;
+    size_t n_a, n_b, n_c;
+    cr_assert_eq(data_corpus_sample_blocks(text, n, 5 * block - 10, 7, &a, &n_a), DT_OK);
+    cr_assert_eq(data_corpus_sample_blocks(text, n, 5 * block - 10, 7, &b, &n_b), DT_OK);
+    cr_assert_eq(data_corpus_sample_blocks(text, n, 5 * block - 10, 8, &c, &n_c), DT_OK);
+    cr_assert_eq(n_a, 5 * block, "ceil(want / block) blocks");
+    cr_assert(n_a == n_b && memcmp(a, b, n_a) == 0, "one seed, one sample");
+    int last = -1, same_as_other_seed = 1;
+    for (size_t k = 0; k < 5; k++) {
+        const int index = a[k * block];
+        cr_assert(index > last, "blocks in corpus order");
+        last = index;
+        cr_assert(memcmp(a + k * block, text + (size_t)index * block, block) == 0, "block %d copied whole", index);
+        same_as_other_seed &= n_c == n_a && c[k * block] == a[k * block];
+    }
+    cr_assert(!same_as_other_seed, "seed 8 drew the same blocks as seed 7");
+    free(a);
+    free(b);
+    free(c);
+    cr_assert_eq(data_corpus_sample_blocks(text, n, 2 * n, 7, &a, &n_a), DT_OK);
+    cr_assert(n_a == n && memcmp(a, text, n) == 0, "the whole text when the sample covers it");
+    free(a);
+    free(text);
+}
+
+/* --bpe-sample: the merges come from a sample, the whole text is encoded
+ * (the dataset still decodes to the input); bad values are one-line errors. */
+Test(cli_prepare, bpe_sample_option) {
+    const size_t n = 3 * DATA_SAMPLE_BLOCK;
+    char *text = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        text[i] = "a line of words, then more words\n"[i % 33];
+    char *input = temp_path("big.txt"), *output = temp_path("sampled.h5");
+    write_text(input, text, n);
+    const char *args[] = {"--input",      input,  "--tokenizer", "bpe",  "--vocab", "300",
+                          "--bpe-sample", "1000", "--out",       output, NULL};
+    char *out = NULL;
+    cr_assert_eq(run_prepare(args, &out, NULL), 0);
+    cr_assert(strstr(out, "merges learned on 65536 bytes") != NULL, "one block: %s", out);
+    char *train, *val;
+    size_t n_train, n_val;
+    int64_t vocab;
+    data_tokenizer_kind kind;
+    decode_file(output, &train, &n_train, &val, &n_val, &vocab, &kind);
+    cr_assert_eq(n_train + n_val, n);
+    cr_assert(memcmp(train, text, n_train) == 0 && memcmp(val, text + n_train, n_val) == 0);
+    const char *not_a_number[] = {"--input", input,   "--tokenizer", "bpe", "--bpe-sample",
+                                  "lots",    "--out", output,        NULL};
+    assert_fails_naming(not_a_number, "lots");
+    const char *byte_tokenizer[] = {"--input", input, "--bpe-sample", "1000", "--out", output, NULL};
+    assert_fails_naming(byte_tokenizer, "--tokenizer bpe");
+    free(out);
+    free(train);
+    free(val);
+    free(text);
+    free(input);
+    free(output);
+}

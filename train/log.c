@@ -147,6 +147,10 @@ dt_status train_log_eval(train_log *log, const train_eval_record *r) {
         json_number(f, "loss_primary", r->loss_primary, "%.9g");
         json_number(f, "loss_branch", r->loss_branch, "%.9g");
         json_number(f, "alpha", r->alpha, "%.9g");
+        json_number(f, "couple_q_norm", r->couple_q_norm, "%.9g");
+        json_number(f, "couple_hidden_norm", r->couple_hidden_norm, "%.9g");
+        json_number(f, "couple_out_norm", r->couple_out_norm, "%.9g");
+        json_number(f, "branch_emb_norm", r->branch_emb_norm, "%.9g");
         fprintf(f, ",\"windows\":%lld", (long long)r->windows);
         json_number(f, "elapsed", r->elapsed, "%.3f");
         fputs("}\n", f);

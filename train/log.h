@@ -8,7 +8,11 @@
  *               "loss_primary":...,"loss_branch":...,"alpha":...,"objective":...,
  *               "grad_norm":...,"skipped_updates":...,"tokens_per_s":...,"elapsed":...}
  * Eval lines:  {"type":"eval","step":...,"tokens":...,"loss":...,"loss_primary":...,
- *               "loss_branch":...,"alpha":...,"windows":...,"elapsed":...}
+ *               "loss_branch":...,"alpha":...,"couple_q_norm":...,"couple_hidden_norm":...,
+ *               "couple_out_norm":...,"branch_emb_norm":...,"windows":...,"elapsed":...}
+ *   the four norms are the weights' at that step (train/branch_norms.h): each
+ *   coupling kind's L2 norm averaged over the layers that have one, and the
+ *   Frobenius norm of branch.tok_emb (null without a branch or that vector).
  * `step` counts completed optimizer steps (1 after the first), `loss` is the
  * reported loss (the mixture NLL for a Decode-Branch model), `objective` the
  * optimised one (aux term, detach_primary), values that do not apply (no
@@ -36,6 +40,8 @@ typedef struct train_step_record {
 typedef struct train_eval_record {
     int64_t step, tokens, windows;
     double loss, loss_primary, loss_branch, alpha, elapsed;
+    /* train/branch_norms.h; NAN (null in the log) when absent */
+    double couple_q_norm, couple_hidden_norm, couple_out_norm, branch_emb_norm;
 } train_eval_record;
 
 typedef struct train_log {

@@ -3,6 +3,7 @@
  * together with the token budget, evaluation and checkpoint cadence, stop
  * requests and divergence. */
 #include "train/trainer.h"
+#include "train/branch_norms.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -160,10 +161,23 @@ optim_hparams trainer_optim_hparams(const train_config *c) {
     return hp;
 }
 
+void trainer_assign_lr_groups(const model *m, const train_config *c, optim_param *params) {
+    for (int i = 0; i < m->n_params; i++) {
+        const model_param *p = &m->params[i];
+        /* A tied head is tok_emb: one tensor, in the embedding group. */
+        const double group_lr = p->tensor == m->lm_head && m->lm_head != m->tok_emb ? c->head_lr
+                                : p->is_embedding                                   ? c->embed_lr
+                                : p->tensor->ndim == 1                              ? c->vector_lr
+                                                                                    : 0.0;
+        params[i].lr_scale = group_lr > 0.0 ? group_lr / c->lr : 1.0;
+    }
+}
+
 dt_status trainer_optimizer_init(optimizer *opt, model *m, const train_config *c) {
     optim_param *params = calloc((size_t)(m->n_params > 0 ? m->n_params : 1), sizeof *params);
     if (!params) return dt_errorf("trainer: out of memory");
     trainer_describe_params(m, params);
+    trainer_assign_lr_groups(m, c, params);
     const optim_hparams hp = trainer_optim_hparams(c);
     const dt_status status =
         optim_init(opt, c->optimizer, params, m->n_params, m->params_memory, m->grads_memory, m->n_floats, &hp);
@@ -461,6 +475,7 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
     if (status == DT_OK && t->comm->size > 1) status = t->comm->allreduce_f64(t->comm, sums, 4);
     if (status != DT_OK) return dt_error_context("evaluation at step %lld", (long long)t->state.step);
     const double inv = 1.0 / (double)n_windows;
+    const train_branch_norms norms = train_branch_norms_of(&t->model);
     *record = (train_eval_record){
         .step = t->state.step,
         .tokens = t->state.tokens_seen,
@@ -470,6 +485,10 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
         .loss_branch = sums[2] * inv,
         .alpha = sums[3] * inv,
         .elapsed = t->state.elapsed_seconds,
+        .couple_q_norm = norms.couple_q,
+        .couple_hidden_norm = norms.couple_hidden,
+        .couple_out_norm = norms.couple_out,
+        .branch_emb_norm = norms.branch_emb,
     };
     return train_log_eval(&t->log, record);
 }
