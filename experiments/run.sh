@@ -19,12 +19,20 @@
 #              trained model: ms/token)
 #   triplu     product FFNs (SPEC §6.1) in the TriPLU paper's regime: llama,
 #              char-level 1M-byte KJV prefix, 4 layers, d 128; SwiGLU vs
-#              triplu, prod2, prod4 at a low and a hot constant lr
+#              triplu, prod2, prod4 at a low and a hot constant lr; the
+#              TriPLU arm's Decode-Branch twin
+#   prism      per-layer head counts (SPEC §6.2): uniform 4 heads vs
+#              1,1,2,2,4,4,4,4 at equal parameters, llama 8 layers d 128,
+#              char-level kjv1m; the schedule's Decode-Branch twin
+#   attnres    attention residuals (SPEC §6.3): baseline vs AttnRes (full,
+#              R = 1), MHAR (full, R = 8), block (4 blocks), llama 4 layers
+#              d 128, char-level kjv1m; MHAR's Decode-Branch twin
 #   all        the first four, in that order
 #
 # Usage: experiments/run.sh STUDY [--quick] [--seeds "1 2"] [--tokens N]
 #            [--families "nanogpt llama moe"] [--corpora "kjv pycode"]
 #            [--threads K] [--out DIR] [--data-dir DIR] [--set section.key=value ...]
+#            [--rows "ROW ..."]
 #   --quick     toy scale (d_model 32, T 32, a few steps): every study in
 #               about a minute, for tests/test_cli_experiments.c; default
 #               --out is then /tmp/dbranch_experiments_quick
@@ -32,6 +40,9 @@
 #               "twice the tokens" row gets 2N)
 #   --families / --corpora restrict the matched study
 #   --set K=V   passed to every `dbranch train` (e.g. train.eval_every=30)
+#   --rows R    train only these rows of the study (the others still appear
+#               in its table from their finished runs): a row added to a
+#               finished study trains alone, whatever --threads the others had
 #   --tables-only  train nothing: rebuild tables, plots and the manifest from
 #               the finished runs under OUT (rows with no finished seed show
 #               no numbers)
@@ -56,9 +67,9 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0";
 STUDY=$1
 shift
 case "$STUDY" in
-matched | control | ablations | moe | triplu | all) ;;
+matched | control | ablations | moe | triplu | prism | attnres | all) ;;
 -h | --help) usage; exit 0 ;;
-*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|all)" >&2; exit 2 ;;
+*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|prism|attnres|all)" >&2; exit 2 ;;
 esac
 
 QUICK=0
@@ -71,6 +82,7 @@ OUT=""
 DATA_DIR="$ROOT/data_out"
 EXTRA_SETS=()
 TABLES_ONLY=0
+ROWS=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1; shift ;;
@@ -83,6 +95,7 @@ while [ $# -gt 0 ]; do
     --data-dir) DATA_DIR="$2"; shift 2 ;;
     --set) EXTRA_SETS+=(--set "$2"); shift 2 ;;
     --tables-only) TABLES_ONLY=1; shift ;;
+    --rows) ROWS="$2"; shift 2 ;;
     *) echo "run.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -122,6 +135,7 @@ row() {
     local name=$1 ref=$2 config=$3 corpus=$4
     shift 4
     printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$ref" "$config" "$corpus" "$*" >>"$OUT/$CURRENT/rows.tsv"
+    [ -z "$ROWS" ] || [[ " $ROWS " == *" $name "* ]] || return 0
     local seed
     for seed in $SEEDS; do
         exp_train "$CURRENT" "$name" "$config" "$corpus" "$seed" "$@"
@@ -161,6 +175,10 @@ BRANCH=(--set model.branch=decode)
 . "$ROOT/experiments/moe/study.sh"
 # shellcheck source=triplu/study.sh
 . "$ROOT/experiments/triplu/study.sh"
+# shellcheck source=prism/study.sh
+. "$ROOT/experiments/prism/study.sh"
+# shellcheck source=attnres/study.sh
+. "$ROOT/experiments/attnres/study.sh"
 
 case "$STUDY" in
 matched) study_matched ;;
@@ -168,6 +186,8 @@ control) study_control ;;
 ablations) study_ablations ;;
 moe) study_moe ;;
 triplu) study_triplu ;;
+prism) study_prism ;;
+attnres) study_attnres ;;
 all) study_matched; study_control; study_ablations; study_moe ;;
 esac
 echo "== done: $OUT" >&2
