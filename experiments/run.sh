@@ -120,6 +120,8 @@ cd "$ROOT"
 . "$ROOT/experiments/lib/table.sh"
 # shellcheck source=lib/plot.sh
 . "$ROOT/experiments/lib/plot.sh"
+# shellcheck source=lib/probe.sh
+. "$ROOT/experiments/lib/probe.sh"
 exp_find_binary
 
 # The scale folder of this invocation: the token budget every row starts from

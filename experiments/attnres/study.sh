@@ -21,4 +21,55 @@ study_attnres() {
     exp_plot_curves "$CURRENT" all "attention residuals, char-level KJV 1M: validation loss" \
         baseline attnres mhar block mhar-branch
     exp_plot_diffs "$CURRENT" all "against the reference row, paired by seed" attnres mhar block mhar-branch
+    # the probes: RMS of every sublayer's input stream, routing weights (trained and at init)
+    local rows=(baseline attnres mhar block mhar-branch)
+    exp_probe_rows "$CURRENT" 16 "${rows[@]}"
+    exp_probe_means "$CURRENT" "${rows[@]}"
+    exp_plot_probe "$CURRENT" rms.dat 1 2 3 "sublayer j (2l attention, 2l+1 FFN; 8 = final norm)" \
+        "RMS of the sublayer input stream" rms.png "sublayer input RMS after training (mean, sd over seeds)" 1 \
+        "${rows[@]}"
+    exp_plot_probe "$CURRENT" rms_init.dat 1 2 3 "sublayer j (2l attention, 2l+1 FFN; 8 = final norm)" \
+        "RMS of the sublayer input stream" rms_init.png "sublayer input RMS at init (mean, sd over seeds)" 1 \
+        "${rows[@]}"
+    attnres_probe_md >"$OUT/$CURRENT/probe.md"
+}
+
+attnres_probe_md() {
+    local row
+    echo "# AttnRes study probes ($CURRENT)"
+    echo
+    echo "Written by experiments/run.sh (attnres/study.sh) from each seed's \`dbranch analyze\` output"
+    echo "(analyze.txt trained, analyze_init.txt at init from the same seed; 16 validation windows"
+    echo "of 256 tokens). Do not edit."
+    echo
+    echo "## RMS of the stream entering each sublayer's norm (mean ± sd over seeds)"
+    echo
+    echo "j = 2l: layer l's attention, 2l+1: its FFN, 8: the final norm. Without attn_res the"
+    echo "residual sum; with it the route h_j."
+    echo
+    echo "After training:"
+    echo
+    exp_probe_table "$CURRENT" rms.dat j 2 3 "%.3f" baseline attnres mhar block mhar-branch
+    echo
+    echo "At init:"
+    echo
+    exp_probe_table "$CURRENT" rms_init.dat j 2 3 "%.4f" baseline attnres mhar block mhar-branch
+    echo
+    echo "## Routing weights at init: largest |weight - 1/n| (the uniform mean)"
+    echo
+    for row in attnres mhar block mhar-branch; do
+        printf -- '- %s: %s\n' "$row" "$(exp_route_uniform_gap "$OUT/$CURRENT/$row" analyze_init.txt)"
+    done
+    echo
+    echo "## Routing weights after training (mean over positions, routing heads and seeds)"
+    for row in attnres mhar block mhar-branch; do
+        echo
+        echo "### $row"
+        echo
+        exp_route_table "$OUT/$CURRENT/$row" analyze.txt
+    done
+    echo
+    echo "## Decode-Branch twin (mhar-branch): decode == teacher-forced (8 windows, 64-token prompts)"
+    echo
+    exp_decode_table "$OUT/$CURRENT/mhar-branch"
 }

@@ -18,4 +18,37 @@ study_prism() {
     exp_plot_curves "$CURRENT" all "per-layer heads, char-level KJV 1M: validation loss" \
         uniform prism prism-branch
     exp_plot_diffs "$CURRENT" all "against the reference row, paired by seed" prism prism-branch
+    # the probes: mean attention distance per layer (the paper: early layers more local)
+    exp_probe_rows "$CURRENT" 16 uniform prism prism-branch
+    exp_probe_means "$CURRENT" uniform prism prism-branch
+    exp_plot_probe "$CURRENT" layers.dat 1 3 4 "layer" "mean attention distance (positions back)" distance.png \
+        "mean attention distance per layer, 16 val windows of 256 (mean, sd over seeds)" 0 uniform prism prism-branch
+    prism_probe_md >"$OUT/$CURRENT/probe.md"
+}
+
+prism_probe_md() {
+    echo "# Prism study probes ($CURRENT)"
+    echo
+    echo "Written by experiments/run.sh (prism/study.sh) from each seed's \`dbranch analyze\` output"
+    echo "(analyze.txt: 16 validation windows of 256 tokens). Do not edit."
+    echo
+    echo "## Parameters (dbranch info)"
+    echo
+    local sets
+    for sets in "" "--set model.layer_heads=1,1,2,2,4,4,4,4" "--set model.layer_heads=1,1,2,2,4,4,4,4 --set model.branch=decode"; do
+        # shellcheck disable=SC2086
+        printf -- '- `%s`: %s parameters\n' "dbranch info experiments/configs/study_prism.ini $sets" \
+            "$("$DBRANCH" info experiments/configs/study_prism.ini $sets | awk '$1 == "total" { print $4 }')"
+    done
+    echo
+    echo "## Mean attention distance per layer (positions; mean ± sd over seeds)"
+    echo
+    echo "Heads per layer: uniform 4 everywhere; prism 1,1,2,2,4,4,4,4. At init every layer attends"
+    echo "almost uniformly: (T-1)/4 = 63.75 for T = 256."
+    echo
+    exp_probe_table "$CURRENT" layers.dat layer 3 4 "%.2f" uniform prism prism-branch
+    echo
+    echo "## Decode-Branch twin: decode == teacher-forced (8 windows, 64-token prompts, 1536 positions)"
+    echo
+    exp_decode_table "$OUT/$CURRENT/prism-branch"
 }
