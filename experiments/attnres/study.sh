@@ -21,6 +21,9 @@ study_attnres() {
     exp_plot_curves "$CURRENT" all "attention residuals, char-level KJV 1M: validation loss" \
         baseline attnres mhar block mhar-branch
     exp_plot_diffs "$CURRENT" all "against the reference row, paired by seed" attnres mhar block mhar-branch
+    : >"$OUT/$CURRENT/compare.txt"
+    exp_compare "$CURRENT" compare.txt model.attn_res,model.attn_res_heads,model.attn_res_blocks baseline attnres mhar block
+    exp_compare "$CURRENT" compare.txt model.branch mhar mhar-branch
     # the probes: RMS of every sublayer's input stream, routing weights (trained and at init)
     local rows=(baseline attnres mhar block mhar-branch)
     exp_probe_rows "$CURRENT" 16 "${rows[@]}"

@@ -202,3 +202,26 @@ exp_decode_table() { # dir
                 printf "| %s | %.6f | %.6f | %.6f | %.1e |\n", seed, l[1], l[2], l[3], d }'
     done
 }
+
+# `dbranch compare` of rows' finished seeds, paired by seed against REFROW's
+# arm, appended to OUT/STUDY/FILE after the command line that made it (run
+# from the repository root). Nothing when REFROW's seed 1 is not finished.
+#   exp_compare STUDY FILE ARM_KEYS REFROW ROW...
+exp_compare() {
+    local study=$1 file=$2 keys=$3 ref=$4
+    shift 4
+    local dirs=() row seed_dir
+    for row in "$ref" "$@"; do
+        for seed_dir in "$OUT/$study/$row"/seed*; do
+            [ -f "$seed_dir/done" ] && dirs+=("$(exp_relative "$seed_dir")")
+        done
+    done
+    local first
+    first=$(exp_relative "$OUT/$study/$ref/seed1")
+    [ ${#dirs[@]} -gt 1 ] && [ -f "$first/done" ] || return 0
+    {
+        printf '$ dbranch compare --arm-key %s --reference %s %s\n' "$keys" "$first" "${dirs[*]}"
+        "$DBRANCH" compare --arm-key "$keys" --reference "$first" "${dirs[@]}" || true
+        echo
+    } >>"$OUT/$study/$file"
+}

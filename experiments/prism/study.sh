@@ -18,6 +18,9 @@ study_prism() {
     exp_plot_curves "$CURRENT" all "per-layer heads, char-level KJV 1M: validation loss" \
         uniform prism prism-branch
     exp_plot_diffs "$CURRENT" all "against the reference row, paired by seed" prism prism-branch
+    : >"$OUT/$CURRENT/compare.txt"
+    exp_compare "$CURRENT" compare.txt model.layer_heads uniform prism
+    exp_compare "$CURRENT" compare.txt model.branch prism prism-branch
     # the probes: mean attention distance per layer (the paper: early layers more local)
     exp_probe_rows "$CURRENT" 16 uniform prism prism-branch
     exp_probe_means "$CURRENT" uniform prism prism-branch

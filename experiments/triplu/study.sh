@@ -24,4 +24,11 @@ study_triplu() {
         swiglu triplu prod2 prod4 swiglu-hot triplu-hot prod2-hot prod4-hot triplu-branch
     exp_plot_diffs "$CURRENT" all "product FFNs vs SwiGLU at the same learning rate, paired by seed" \
         triplu prod2 prod4 triplu-hot prod2-hot prod4-hot triplu-branch
+    # the TriPLU arm's Decode-Branch twin (issue 13: the options compose): its
+    # paired difference and, on its kept checkpoints, decode == teacher-forced
+    : >"$OUT/$CURRENT/compare_branch.txt"
+    exp_compare "$CURRENT" compare_branch.txt model.branch triplu triplu-branch
+    exp_probe_rows "$CURRENT" 16 triplu-branch
+    { echo "# TriPLU Decode-Branch twin: decode == teacher-forced (8 val windows, 64-token prompts)"; echo
+      exp_decode_table "$OUT/$CURRENT/triplu-branch"; } >"$OUT/$CURRENT/decode.md"
 }
