@@ -26,7 +26,7 @@
 #              char-level kjv1m; the schedule's Decode-Branch twin
 #   attnres    attention residuals (SPEC §6.3): baseline vs AttnRes (full,
 #              R = 1), MHAR (full, R = 8), block (4 blocks), llama 4 layers
-#              d 128, char-level kjv1m; MHAR's Decode-Branch twin
+#              d 128, char-level kjv1m; AttnRes's Decode-Branch twin
 #   all        the first four, in that order
 #
 # Usage: experiments/run.sh STUDY [--quick] [--seeds "1 2"] [--tokens N]
