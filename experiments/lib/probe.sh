@@ -44,26 +44,37 @@ exp_probe_rows() {
             local rel
             rel=$(exp_relative "$seed_dir")
             if [ ! -s "$seed_dir/analyze_init.txt" ]; then
-                "$DBRANCH" analyze --config "experiments/configs/$config" "${sets[@]}" --seed "$seed" --data "$data" \
-                    --windows "$windows" --threads "$THREADS" >"$seed_dir/analyze_init.txt.tmp" &&
+                if "$DBRANCH" analyze --config "experiments/configs/$config" "${sets[@]}" --seed "$seed" \
+                    --data "$data" --windows "$windows" --threads "$THREADS" >"$seed_dir/analyze_init.txt.tmp"; then
                     mv "$seed_dir/analyze_init.txt.tmp" "$seed_dir/analyze_init.txt"
+                else
+                    echo "run.sh: dbranch analyze of $rel at init failed" >&2
+                fi
             fi
             [ -f "$seed_dir/checkpoint.h5" ] || continue
             if [ ! -s "$seed_dir/analyze.txt" ]; then
-                "$DBRANCH" analyze --model "$rel/checkpoint.h5" --data "$data" --windows "$windows" \
-                    --threads "$THREADS" >"$seed_dir/analyze.txt.tmp" && mv "$seed_dir/analyze.txt.tmp" "$seed_dir/analyze.txt"
+                if "$DBRANCH" analyze --model "$rel/checkpoint.h5" --data "$data" --windows "$windows" \
+                    --threads "$THREADS" >"$seed_dir/analyze.txt.tmp"; then
+                    mv "$seed_dir/analyze.txt.tmp" "$seed_dir/analyze.txt"
+                else
+                    echo "run.sh: dbranch analyze of $rel failed" >&2
+                fi
             fi
             if [[ " $settings " == *" model.branch=decode "* ]] && [ ! -s "$seed_dir/decode.txt" ]; then
-                # 8 windows, 64-token prompts: 192 decode steps a window on the same positions
-                local eval_args=(eval --model "$rel/checkpoint.h5" --data "$data" --windows 8 --prompt-len 64
-                    --threads "$THREADS" --json)
-                { "$DBRANCH" "${eval_args[@]}" --method tf &&
+                # 8 windows, 64-token prompts (8 at --quick's T 32): the same positions both ways
+                local eval_args=(eval --model "$rel/checkpoint.h5" --data "$data" --windows 8
+                    --prompt-len "$([ "$QUICK" = 1 ] && echo 8 || echo 64)" --threads "$THREADS" --json)
+                if { "$DBRANCH" "${eval_args[@]}" --method tf &&
                     "$DBRANCH" "${eval_args[@]}" --method decode --decode grouped &&
-                    "$DBRANCH" "${eval_args[@]}" --method decode --decode ungrouped; } >"$seed_dir/decode.txt.tmp" &&
+                    "$DBRANCH" "${eval_args[@]}" --method decode --decode ungrouped; } >"$seed_dir/decode.txt.tmp"; then
                     mv "$seed_dir/decode.txt.tmp" "$seed_dir/decode.txt"
+                else
+                    echo "run.sh: the decode check of $rel failed" >&2
+                fi
             fi
         done
     done
+    return 0
 }
 
 # Mean and sample sd over seeds of column COL of the probe lines starting

@@ -10,10 +10,14 @@
 PRISM_HEADS=(--set model.layer_heads=1,1,2,2,4,4,4,4)
 
 study_prism() {
+    # --quick's 2 heads and 1 kv head leave no integer kv-head count for a
+    # 1-head layer: keep 4 and 4 (head width 8 at its d_model 32)
+    local heads=()
+    [ "$QUICK" = 1 ] && heads=(--set model.n_head=4 --set model.n_kv_head=4)
     begin_study prism
-    row uniform - study_prism.ini kjv1m
-    row prism uniform study_prism.ini kjv1m "${PRISM_HEADS[@]}"
-    row prism-branch prism study_prism.ini kjv1m "${PRISM_HEADS[@]}" "${BRANCH[@]}"
+    row uniform - study_prism.ini kjv1m "${heads[@]}"
+    row prism uniform study_prism.ini kjv1m "${heads[@]}" "${PRISM_HEADS[@]}"
+    row prism-branch prism study_prism.ini kjv1m "${heads[@]}" "${PRISM_HEADS[@]}" "${BRANCH[@]}"
     end_study
     exp_plot_curves "$CURRENT" all "per-layer heads, char-level KJV 1M: validation loss" \
         uniform prism prism-branch
