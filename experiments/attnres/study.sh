@@ -72,7 +72,7 @@ attnres_probe_md() {
         exp_route_table "$OUT/$CURRENT/$row" analyze.txt
     done
     echo
-    echo "## Decode-Branch twin (attnres-branch): decode == teacher-forced (8 windows, 64-token prompts)"
+    echo "## Decode-Branch twin (attnres-branch): decode == teacher-forced (8 val windows, 64-token prompts: 193 positions each)"
     echo
     exp_decode_table "$OUT/$CURRENT/attnres-branch"
 }

@@ -55,7 +55,7 @@ prism_probe_md() {
     echo
     exp_probe_table "$CURRENT" layers.dat layer 3 4 "%.2f" uniform prism prism-branch
     echo
-    echo "## Decode-Branch twin: decode == teacher-forced (8 windows, 64-token prompts, 1536 positions)"
+    echo "## Decode-Branch twin: decode == teacher-forced (8 val windows, 64-token prompts: 193 positions each)"
     echo
     exp_decode_table "$OUT/$CURRENT/prism-branch"
 }
