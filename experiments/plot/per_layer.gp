@@ -10,6 +10,6 @@ set title plot_title
 set xlabel xlab
 set ylabel ylab
 set grid
-set key top left
+set key outside right top
 if (logy) { set logscale y }
 plot for [i = 1:words(files)] word(files, i) using xcol:ycol:ecol with yerrorlines pointsize 0.7 title word(titles, i)
