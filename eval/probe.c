@@ -66,12 +66,14 @@ static void on_input(void *user, int64_t j, const dt_tensor *x) {
         s += (double)v[i] * (double)v[i];
     p->sum_sq[j] += s;
     p->sum_sq_n[j] += x->size;
-    if (j == 0 && p->sources) memcpy(p->sources, v, (size_t)(p->T * p->C) * sizeof(float));
+    if (j == 0 && p->sources && x->size == p->T * p->C) /* one row of T positions: eval_probe_run's */
+        memcpy(p->sources, v, (size_t)(p->T * p->C) * sizeof(float));
 }
 
 static void on_output(void *user, int64_t j, const dt_tensor *out) {
     probe_state *p = user;
-    if (p->sources) memcpy(p->sources + (j + 1) * p->T * p->C, dt_f32(out), (size_t)(p->T * p->C) * sizeof(float));
+    if (p->sources && out->size == p->T * p->C)
+        memcpy(p->sources + (j + 1) * p->T * p->C, dt_f32(out), (size_t)(p->T * p->C) * sizeof(float));
 }
 
 static void on_attention(void *user, int64_t l, const dt_tensor *q, const dt_tensor *k, int64_t n_head,
