@@ -26,3 +26,14 @@ dt_status cli_once(cli_seen *seen, const char *option) {
     if (seen->n < CLI_MAX_OPTIONS) seen->options[seen->n++] = option;
     return DT_OK;
 }
+
+dt_status cli_option_pair(int argc, char **argv, int *i, cli_seen *seen, const char *repeatable, const char **name,
+                          const char **value) {
+    const char *a = argv[*i];
+    if (strncmp(a, "--", 2) != 0) return dt_errorf("unexpected argument '%s' (try --help)", a);
+    if (*i + 1 >= argc) return dt_errorf("option %s needs a value", a);
+    if ((!repeatable || strcmp(a, repeatable) != 0) && cli_once(seen, a) != DT_OK) return DT_ERR;
+    *name = a;
+    *value = argv[++*i];
+    return DT_OK;
+}

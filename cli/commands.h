@@ -25,6 +25,7 @@ int cmd_check_reference(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_analyze(int argc, char **argv);
 /* prepare --from llmc|nanogpt (cli/cmd_prepare_tokens.c). */
 int cmd_prepare_tokens(int argc, char **argv);
 /* prepare --synthetic prefix-sum|two-hop (cli/cmd_prepare_synthetic.c). */
@@ -54,5 +55,10 @@ typedef struct cli_seen {
 } cli_seen;
 /* Records option; an error when it was already given. */
 dt_status cli_once(cli_seen *seen, const char *option);
+/* The "--name value" pair at argv[*i] (*i left on the value): an error for a
+ * bare word, a missing value, or an option given twice (but `repeatable`,
+ * when not NULL). */
+dt_status cli_option_pair(int argc, char **argv, int *i, cli_seen *seen, const char *repeatable, const char **name,
+                          const char **value);
 
 #endif

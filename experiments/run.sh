@@ -19,7 +19,14 @@
 #              trained model: ms/token)
 #   triplu     product FFNs (SPEC §6.1) in the TriPLU paper's regime: llama,
 #              char-level 1M-byte KJV prefix, 4 layers, d 128; SwiGLU vs
-#              triplu, prod2, prod4 at a low and a hot constant lr
+#              triplu, prod2, prod4 at a low and a hot constant lr; the
+#              TriPLU arm's Decode-Branch twin
+#   prism      per-layer head counts (SPEC §6.2): uniform 4 heads vs
+#              1,1,2,2,4,4,4,4 at equal parameters, llama 8 layers d 128,
+#              char-level kjv1m; the schedule's Decode-Branch twin
+#   attnres    attention residuals (SPEC §6.3): baseline vs AttnRes (full,
+#              R = 1), MHAR (full, R = 8), block (4 blocks), llama 4 layers
+#              d 128, char-level kjv1m; AttnRes's Decode-Branch twin
 #   noise      the noise pilot of issue 16 (experiments/noise/): baseline and
 #              twin pairs at one token budget, each variant changing batch
 #              size, schedule, clipping or width (NOISE_VARIANTS: a subset)
@@ -28,6 +35,7 @@
 # Usage: experiments/run.sh STUDY [--quick] [--seeds "1 2"] [--tokens N]
 #            [--families "nanogpt llama moe"] [--corpora "kjv pycode"]
 #            [--threads K] [--out DIR] [--data-dir DIR] [--set section.key=value ...]
+#            [--rows "ROW ..."]
 #   --quick     toy scale (d_model 32, T 32, a few steps): every study in
 #               about a minute, for tests/test_cli_experiments.c; default
 #               --out is then /tmp/dbranch_experiments_quick
@@ -35,6 +43,9 @@
 #               "twice the tokens" row gets 2N)
 #   --families / --corpora restrict the matched study
 #   --set K=V   passed to every `dbranch train` (e.g. train.eval_every=30)
+#   --rows R    train only these rows of the study (the others still appear
+#               in its table from their finished runs): a row added to a
+#               finished study trains alone, whatever --threads the others had
 #   --tables-only  train nothing: rebuild tables, plots and the manifest from
 #               the finished runs under OUT (rows with no finished seed show
 #               no numbers)
@@ -59,9 +70,9 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0";
 STUDY=$1
 shift
 case "$STUDY" in
-matched | control | ablations | moe | triplu | noise | all) ;;
+matched | control | ablations | moe | triplu | prism | attnres | noise | all) ;;
 -h | --help) usage; exit 0 ;;
-*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|noise|all)" >&2; exit 2 ;;
+*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|prism|attnres|noise|all)" >&2; exit 2 ;;
 esac
 
 QUICK=0
@@ -74,6 +85,7 @@ OUT=""
 DATA_DIR="$ROOT/data_out"
 EXTRA_SETS=()
 TABLES_ONLY=0
+ROWS=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1; shift ;;
@@ -86,6 +98,7 @@ while [ $# -gt 0 ]; do
     --data-dir) DATA_DIR="$2"; shift 2 ;;
     --set) EXTRA_SETS+=(--set "$2"); shift 2 ;;
     --tables-only) TABLES_ONLY=1; shift ;;
+    --rows) ROWS="$2"; shift 2 ;;
     *) echo "run.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -110,6 +123,8 @@ cd "$ROOT"
 . "$ROOT/experiments/lib/table.sh"
 # shellcheck source=lib/plot.sh
 . "$ROOT/experiments/lib/plot.sh"
+# shellcheck source=lib/probe.sh
+. "$ROOT/experiments/lib/probe.sh"
 exp_find_binary
 
 # The scale folder of this invocation: the token budget every row starts from
@@ -125,6 +140,7 @@ row() {
     local name=$1 ref=$2 config=$3 corpus=$4
     shift 4
     printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$ref" "$config" "$corpus" "$*" >>"$OUT/$CURRENT/rows.tsv"
+    [ -z "$ROWS" ] || [[ " $ROWS " == *" $name "* ]] || return 0
     local seed
     for seed in $SEEDS; do
         exp_train "$CURRENT" "$name" "$config" "$corpus" "$seed" "$@"
@@ -166,6 +182,10 @@ BRANCH=(--set model.branch=decode)
 . "$ROOT/experiments/triplu/study.sh"
 # shellcheck source=noise/study.sh
 . "$ROOT/experiments/noise/study.sh"
+# shellcheck source=prism/study.sh
+. "$ROOT/experiments/prism/study.sh"
+# shellcheck source=attnres/study.sh
+. "$ROOT/experiments/attnres/study.sh"
 
 case "$STUDY" in
 matched) study_matched ;;
@@ -174,6 +194,8 @@ ablations) study_ablations ;;
 moe) study_moe ;;
 triplu) study_triplu ;;
 noise) study_noise ;;
+prism) study_prism ;;
+attnres) study_attnres ;;
 all) study_matched; study_control; study_ablations; study_moe ;;
 esac
 echo "== done: $OUT" >&2

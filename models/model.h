@@ -19,6 +19,7 @@
 #include "models/ffn.h"
 #include "models/norm_kinds.h"
 #include "models/position_kinds.h"
+#include "models/probe.h"
 
 /* The weights a block applies; the primary's, or with share = off the branch's own copies.
  * Pointers are NULL when absent (biases without linear_bias, ...). */
@@ -68,9 +69,10 @@ typedef struct model {
     dt_tensor *feedback_norm_tok, *feedback_norm_in; /* [C] */
     model_layer *layers;                             /* [n_layer] */
     float *rope_table;                               /* [block_size, hd/2, 2] cos/sin (rotary position schemes) */
-    float *params_memory; /* [n_floats] every parameter's weights, SPEC §3 order; the tensors are views */
-    float *grads_memory;  /* [n_floats] their gradients at the same offsets */
-    int64_t n_floats;     /* each parameter starts on a 16-float boundary (zero padding between) */
+    float *params_memory;     /* [n_floats] every parameter's weights, SPEC §3 order; the tensors are views */
+    float *grads_memory;      /* [n_floats] their gradients at the same offsets */
+    int64_t n_floats;         /* each parameter starts on a 16-float boundary (zero padding between) */
+    const model_probe *probe; /* NULL but under dbranch analyze (models/probe.h) */
 } model;
 
 /* What a forward pass returns (arena tensors of the step's ag_ctx). */

@@ -29,6 +29,17 @@ static dt_tensor *norm_forward(ag_ctx *ctx, const model *m, dt_tensor *x, dt_ten
     return m->arch.norm->forward(ctx, x, weight, bias, m->arch.norm_eps);
 }
 
+/* The probe's views (models/probe.h): the primary trajectory only. */
+static int probing(const model *m, block_role role) { return m->probe && role == ROLE_PRIMARY; }
+
+static void probe_input(const model *m, block_role role, int64_t j, const dt_tensor *x) {
+    if (probing(m, role) && x && m->probe->sublayer_input) m->probe->sublayer_input(m->probe->user, j, x);
+}
+
+static void probe_output(const model *m, block_role role, int64_t j, const dt_tensor *out) {
+    if (probing(m, role) && out && m->probe->sublayer_output) m->probe->sublayer_output(m->probe->user, j, out);
+}
+
 /* How the branch reads the primary's intermediates (q1, z1, m1, K, V): with
  * detach_primary they are constants to it (SPEC §2). */
 static dt_tensor *from_primary(ag_ctx *ctx, const model_config *c, dt_tensor *t) {
@@ -99,6 +110,8 @@ static dt_tensor *attention_sublayer(ag_ctx *ctx, const model *m, int64_t l, blo
         v = from_primary(ctx, c, state->v);
     }
     if (position->rotary) q = position->rotate(ctx, q, la->n_head, m->arch.rope_theta);
+    if (probing(m, role) && q && k && m->probe->attention)
+        m->probe->attention(m->probe->user, l, q, k, la->n_head, la->n_kv_head, la->head_dim);
     dt_tensor *y; // [B,T,H*hd]
     /* ALiBi's slopes (NULL for other schemes): the branch's query at t sees the primary's keys s <= t, same bias */
     if (state->k_persist) /* the branch of a recurrent layer (SPEC §6.4): the primary's query's keys */
@@ -148,13 +161,16 @@ static dt_tensor *stack_forward(ag_ctx *ctx, const model *m, block_role role, dt
     const model_arch *a = &m->arch;
     if (!a->routed) {
         for (int64_t l = 0; l < a->L && h; l++) {
+            probe_input(m, role, 2 * l, h);
             if (a->recurrent && role == ROLE_PRIMARY) { /* SPEC §6.4: a scan (models/recurrent_forward.c) */
                 h = model_recurrent_layer(ctx, m, l, h, &states[l], balance);
                 continue;
             }
             h = attention_sublayer(ctx, m, l, role, h, &states[l], 1);
+            probe_input(m, role, 2 * l + 1, h);
             h = ffn_sublayer(ctx, m, l, role, h, &states[l], balance, 1);
         }
+        probe_input(m, role, 2 * a->L, h);
         return h;
     }
     model_route_sources sources;
@@ -163,13 +179,19 @@ static dt_tensor *stack_forward(ag_ctx *ctx, const model *m, block_role role, dt
     for (int64_t l = 0; l < a->L; l++) {
         const model_layer *layer = &m->layers[l];
         dt_tensor *in = model_route_forward(ctx, &sources, layer->route_attn_query, layer->route_attn_norm);
-        if (model_route_add(ctx, &sources, attention_sublayer(ctx, m, l, role, in, &states[l], 0)) != DT_OK)
-            return NULL;
+        probe_input(m, role, 2 * l, in);
+        dt_tensor *out = attention_sublayer(ctx, m, l, role, in, &states[l], 0);
+        probe_output(m, role, 2 * l, out);
+        if (model_route_add(ctx, &sources, out) != DT_OK) return NULL;
         in = model_route_forward(ctx, &sources, layer->route_ffn_query, layer->route_ffn_norm);
-        if (model_route_add(ctx, &sources, ffn_sublayer(ctx, m, l, role, in, &states[l], balance, 0)) != DT_OK)
-            return NULL;
+        probe_input(m, role, 2 * l + 1, in);
+        out = ffn_sublayer(ctx, m, l, role, in, &states[l], balance, 0);
+        probe_output(m, role, 2 * l + 1, out);
+        if (model_route_add(ctx, &sources, out) != DT_OK) return NULL;
     }
-    return model_route_forward(ctx, &sources, m->route_final_query, m->route_final_norm);
+    dt_tensor *final = model_route_forward(ctx, &sources, m->route_final_query, m->route_final_norm);
+    probe_input(m, role, 2 * a->L, final);
+    return final;
 }
 
 /* Final norm and the head: stream [B,T,C] -> logits [B,T,V]; *top (when
