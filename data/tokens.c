@@ -134,9 +134,10 @@ dt_status data_tokens_read_answers(data_tokens *tokens, data_split split, int32_
     }
     for (int64_t i = 0; i < n; i++)
         if (marks[i] != 0 && marks[i] != 1) {
+            const int32_t bad = marks[i];
             free(marks);
             return dt_errorf("%s: %s[%lld] = %d (answer marks are 0 or 1)", tokens->path, answer_names[split],
-                             (long long)i, marks[i]);
+                             (long long)i, bad);
         }
     *answer = marks;
     return DT_OK;
