@@ -26,12 +26,12 @@ static int option_int(int argc, char **argv, const char *name, int64_t min, int6
     return 0;
 }
 
-static const char *const known_options[] = {"--synthetic",     "--length",      "--modulus",
-                                            "--train-records", "--val-records", "--entities",
-                                            "--relations",     "--seed",        "--out"};
+static const char *const known_options[] = {"--synthetic",   "--length",   "--modulus",   "--train-records",
+                                            "--val-records", "--entities", "--relations", "--seed",
+                                            "--out",         "--answers"};
 
 int cmd_prepare_synthetic(int argc, char **argv) {
-    const char *task = NULL, *out_path = NULL;
+    const char *task = NULL, *out_path = NULL, *answers = "every";
     for (int i = 0; i < argc; i++) {
         int known = 0;
         for (size_t k = 0; k < sizeof known_options / sizeof known_options[0]; k++)
@@ -40,6 +40,7 @@ int cmd_prepare_synthetic(int argc, char **argv) {
         if (i + 1 >= argc) return fail("%s needs a value", argv[i]);
         if (!strcmp(argv[i], "--synthetic")) task = argv[i + 1];
         if (!strcmp(argv[i], "--out")) out_path = argv[i + 1];
+        if (!strcmp(argv[i], "--answers")) answers = argv[i + 1];
         i++;
     }
     if (!out_path) return fail("%s", "--out PATH is required");
@@ -54,7 +55,9 @@ int cmd_prepare_synthetic(int argc, char **argv) {
             option_int(argc, argv, "--train-records", 1, INT32_MAX, &n_train) ||
             option_int(argc, argv, "--val-records", 1, INT32_MAX, &n_val))
             return 1;
-        data_prefix_sum_options options = {length, modulus, n_train, n_val, (uint64_t)seed};
+        if (strcmp(answers, "every") && strcmp(answers, "final"))
+            return fail("--answers '%s' must be every or final", answers);
+        data_prefix_sum_options options = {length, modulus, n_train, n_val, (uint64_t)seed, !strcmp(answers, "final")};
         status = data_synthetic_prefix_sum(&options, &records);
     } else if (!strcmp(task, "two-hop")) {
         int64_t entities = 200, relations = 4;

@@ -38,6 +38,24 @@ static void prefix_sum_record(dt_rng *rng, int64_t length, int64_t modulus, int3
     }
 }
 
+/* One record ">" x0 .. x(m-1) "=" a "." ... of R = n + 3 tokens, m uniform in 1..n, a = 'a' + sum mod k. */
+static void final_sum_record(dt_rng *rng, int64_t length, int64_t modulus, int32_t *tokens, int32_t *answer) {
+    const int64_t m = 1 + (int64_t)dt_rng_below(rng, (uint64_t)length), R = length + 3;
+    int64_t sum = 0;
+    tokens[0] = '>';
+    for (int64_t i = 0; i < m; i++) {
+        int64_t digit = (int64_t)dt_rng_below(rng, (uint64_t)modulus);
+        sum = (sum + digit) % modulus;
+        tokens[1 + i] = (int32_t)('0' + digit);
+    }
+    tokens[1 + m] = '=';
+    tokens[2 + m] = (int32_t)('a' + sum);
+    for (int64_t i = 3 + m; i < R; i++)
+        tokens[i] = '.';
+    for (int64_t i = 0; i < R; i++)
+        answer[i] = i == 2 + m;
+}
+
 dt_status data_synthetic_prefix_sum(const data_prefix_sum_options *o, data_records *out) {
     memset(out, 0, sizeof *out);
     if (o->length < 1 || o->length > 1 << 20)
@@ -46,7 +64,7 @@ dt_status data_synthetic_prefix_sum(const data_prefix_sum_options *o, data_recor
     if (o->n_train < 1 || o->n_val < 1)
         return dt_errorf("--train-records %lld and --val-records %lld must be >= 1", (long long)o->n_train,
                          (long long)o->n_val);
-    const int64_t R = 2 * o->length + 1;
+    const int64_t R = o->final_only ? o->length + 3 : 2 * o->length + 1;
     if (o->n_train > (INT64_MAX / 8) / R || o->n_val > (INT64_MAX / 8) / R)
         return dt_errorf("synthetic task: too many records");
     out->record_len = R;
@@ -61,12 +79,15 @@ dt_status data_synthetic_prefix_sum(const data_prefix_sum_options *o, data_recor
     }
     dt_rng rng;
     dt_rng_seed(&rng, o->seed);
+    void (*record)(dt_rng *, int64_t, int64_t, int32_t *, int32_t *) =
+        o->final_only ? final_sum_record : prefix_sum_record;
     for (int64_t r = 0; r < o->n_train; r++)
-        prefix_sum_record(&rng, o->length, o->modulus, out->train + r * R, out->train_answer + r * R);
+        record(&rng, o->length, o->modulus, out->train + r * R, out->train_answer + r * R);
     for (int64_t r = 0; r < o->n_val; r++)
-        prefix_sum_record(&rng, o->length, o->modulus, out->val + r * R, out->val_answer + r * R);
-    snprintf(out->source, sizeof out->source, "synthetic prefix-sum: %lld digits mod %lld, seed %llu",
-             (long long)o->length, (long long)o->modulus, (unsigned long long)o->seed);
+        record(&rng, o->length, o->modulus, out->val + r * R, out->val_answer + r * R);
+    snprintf(out->source, sizeof out->source, "synthetic prefix-sum: %s%lld digits mod %lld, seed %llu",
+             o->final_only ? "final answer after up to " : "", (long long)o->length, (long long)o->modulus,
+             (unsigned long long)o->seed);
     return DT_OK;
 }
 

@@ -5,6 +5,14 @@
  *   prefix-sum  records ">" x0 a0 x1 a1 ... (byte tokens): x_i a digit in
  *               [0, k), a_i = the letter 'a' + (x_0 + ... + x_i) mod k.
  *               k = 2 is running parity (the Recurrent Transformer's task).
+ *               Every answer is in the context of the next one, so a_i =
+ *               a_(i-1) + x_i is a local step; with final answers only, a
+ *               record is ">" x0 .. x(m-1) "=" a(m-1) "." ... with m uniform
+ *               in 1..n, and the sum of all m digits has to be carried.
+ *               Every answer is in the context of the next one, so a_i =
+ *               a_(i-1) + x_i is a local step; with final answers only, a
+ *               record is ">" x0 .. x(m-1) "=" a(m-1) "." ... with m uniform
+ *               in 1..n, and the sum of all m digits has to be carried.
  *   two-hop     entity-disjoint graphs A and B over shared relations, one
  *               edge per (entity, relation) inside its graph; atomic facts
  *               "BOS e r e' EOS" of both graphs and two-hop queries
@@ -28,6 +36,7 @@ typedef struct data_prefix_sum_options {
     int64_t n_train; /* records in /train */
     int64_t n_val;   /* records in /val */
     uint64_t seed;
+    int final_only; /* 1: one answer per record, after m <= n digits (R = n + 3) */
 } data_prefix_sum_options;
 
 typedef struct data_two_hop_options {

@@ -27,6 +27,9 @@
 #   attnres    attention residuals (SPEC §6.3): baseline vs AttnRes (full,
 #              R = 1), MHAR (full, R = 8), block (4 blocks), llama 4 layers
 #              d 128, char-level kjv1m; AttnRes's Decode-Branch twin
+#   recurrent  the Recurrent Transformer (SPEC §6.4) as a language model:
+#              standard vs recurrent llama at 4 and 2 layers, d 128,
+#              char-level kjv1m (the parity test: recurrent/parity.sh)
 #   noise      the noise pilot of issue 16 (experiments/noise/): baseline and
 #              twin pairs at one token budget, each variant changing batch
 #              size, schedule, clipping or width (NOISE_VARIANTS: a subset)
@@ -70,9 +73,9 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0";
 STUDY=$1
 shift
 case "$STUDY" in
-matched | control | ablations | moe | triplu | prism | attnres | noise | all) ;;
+matched | control | ablations | moe | triplu | prism | attnres | recurrent | noise | all) ;;
 -h | --help) usage; exit 0 ;;
-*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|prism|attnres|noise|all)" >&2; exit 2 ;;
+*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|prism|attnres|recurrent|noise|all)" >&2; exit 2 ;;
 esac
 
 QUICK=0
@@ -186,6 +189,8 @@ BRANCH=(--set model.branch=decode)
 . "$ROOT/experiments/prism/study.sh"
 # shellcheck source=attnres/study.sh
 . "$ROOT/experiments/attnres/study.sh"
+# shellcheck source=recurrent/study.sh
+. "$ROOT/experiments/recurrent/study.sh"
 
 case "$STUDY" in
 matched) study_matched ;;
@@ -196,6 +201,7 @@ triplu) study_triplu ;;
 noise) study_noise ;;
 prism) study_prism ;;
 attnres) study_attnres ;;
+recurrent) study_recurrent ;;
 all) study_matched; study_control; study_ablations; study_moe ;;
 esac
 echo "== done: $OUT" >&2

@@ -66,6 +66,36 @@ Test(synthetic, prefix_sum_records_follow_the_definition) {
     data_records_free(&other);
 }
 
+/* Final answers only: ">" x0 .. x(m-1) "=" a "." ..., m in 1..n, a the sum of all m digits, one mark. */
+Test(synthetic, prefix_sum_final_answer_records) {
+    enum { N = 10, R = N + 3, RECORDS = 400 };
+    data_prefix_sum_options o = {.length = N, .modulus = 2, .n_train = RECORDS, .n_val = 5, .seed = 8, .final_only = 1};
+    data_records r;
+    cr_assert_eq(data_synthetic_prefix_sum(&o, &r), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(r.record_len, R);
+    int lengths_seen[N + 1] = {0};
+    for (int64_t k = 0; k < RECORDS; k++) {
+        const int32_t *rec = r.train + k * R, *marks = r.train_answer + k * R;
+        cr_assert_eq(rec[0], '>');
+        int64_t m = 0, sum = 0;
+        while (rec[1 + m] == '0' || rec[1 + m] == '1')
+            sum += rec[1 + m++] - '0';
+        cr_assert(m >= 1 && m <= N, "record %lld holds %lld digits", (long long)k, (long long)m);
+        lengths_seen[m] = 1;
+        cr_assert_eq(rec[1 + m], '=');
+        cr_assert_eq(rec[2 + m], 'a' + (int32_t)(sum % 2), "record %lld", (long long)k);
+        int n_marks = 0;
+        for (int64_t i = 0; i < R; i++) {
+            n_marks += marks[i];
+            if (i > 2 + m) cr_assert_eq(rec[i], '.');
+        }
+        cr_assert(n_marks == 1 && marks[2 + m] == 1, "one mark, on the answer");
+    }
+    for (int m = 1; m <= N; m++)
+        cr_expect(lengths_seen[m], "no record of %d digits in %d", m, RECORDS);
+    data_records_free(&r);
+}
+
 Test(synthetic, prefix_sum_rejects_bad_options) {
     data_records r;
     data_prefix_sum_options o = {.length = 4, .modulus = 11, .n_train = 1, .n_val = 1, .seed = 1};
