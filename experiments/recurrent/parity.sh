@@ -7,7 +7,8 @@
 #          sees the previous one, so a_i = a_(i-1) xor x_i is a local step;
 #   final  ">" x0 .. x(m-1) "=" a ".", m uniform in 1..32: one answer, the
 #          parity of all m digits, which has to be carried along.
-# Each run is trained once: a run folder with eval.json is skipped.
+# Each run is trained once: a run folder with eval.json is skipped; its
+# per-step training log is kept gzipped (log.jsonl.gz).
 #
 # Usage: experiments/recurrent/parity.sh [--answers every|final] [--seeds "1 2 3"] [--tokens N] [--threads K]
 # Writes experiments/recurrent/parity-<answers>/<arm>/seed<S>/ and its table.md.
@@ -57,6 +58,7 @@ for arm_spec in "${ARMS[@]}"; do
         OMP_NUM_THREADS=$THREADS "$DBRANCH" eval --model "$dir/checkpoint.h5" --data "$DATA" --json \
             --threads "$THREADS" >"$dir/eval.json.tmp"
         rm -f "$dir/checkpoint.h5" "$dir/train.lock"
+        gzip -9 "$dir/log.jsonl"
         mv "$dir/eval.json.tmp" "$dir/eval.json"
     done
 done
