@@ -69,12 +69,14 @@ static double seconds_now(void) {
     return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
 }
 
-static int fail(const char *message_format, const char *value) {
+int cli_prepare_fail(const char *message_format, const char *value) {
     fprintf(stderr, "dbranch prepare: ");
     fprintf(stderr, message_format, value);
     fprintf(stderr, "\n");
     return 1;
 }
+
+static int fail(const char *message_format, const char *value) { return cli_prepare_fail(message_format, value); }
 
 /* 1 when path names the same file as out_path: the same string, or the same
  * inode when out_path exists (a hard link, a symlink, ./x vs x). */

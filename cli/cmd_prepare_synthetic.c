@@ -9,12 +9,7 @@
 #include "data/tokenizer.h"
 #include "data/tokens.h"
 
-static int fail(const char *message, const char *value) {
-    fprintf(stderr, "dbranch prepare: ");
-    fprintf(stderr, message, value);
-    fprintf(stderr, "\n");
-    return 1;
-}
+static int fail(const char *message, const char *value) { return cli_prepare_fail(message, value); }
 
 /* The value of an integer option, or the default when absent; -1 after an error (printed). */
 static int option_int(int argc, char **argv, const char *name, int64_t min, int64_t max, int64_t *value) {

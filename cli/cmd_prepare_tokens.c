@@ -14,12 +14,7 @@
 
 enum { MAX_TOKEN_FILES = 4096 };
 
-static int fail(const char *message, const char *value) {
-    fprintf(stderr, "dbranch prepare: ");
-    fprintf(stderr, message, value);
-    fprintf(stderr, "\n");
-    return 1;
-}
+static int fail(const char *message, const char *value) { return cli_prepare_fail(message, value); }
 
 static int is_option(const char *arg) { return arg[0] == '-' && arg[1] == '-'; }
 

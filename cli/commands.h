@@ -28,6 +28,8 @@ int cmd_compare(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 /* prepare --from llmc|nanogpt (cli/cmd_prepare_tokens.c). */
 int cmd_prepare_tokens(int argc, char **argv);
+/* Prints "dbranch prepare: " + message_format (one %s: value) on one line; returns 1. */
+int cli_prepare_fail(const char *message_format, const char *value);
 /* prepare --synthetic prefix-sum|two-hop (cli/cmd_prepare_synthetic.c). */
 int cmd_prepare_synthetic(int argc, char **argv);
 

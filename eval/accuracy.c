@@ -7,6 +7,7 @@
 
 #include "autograd/tape.h"
 #include "data/loader.h"
+#include "eval/eval_loss.h"
 #include "kernels/mixture.h"
 
 void eval_accuracy_result_free(eval_accuracy_result *result) {
@@ -81,16 +82,8 @@ dt_status eval_accuracy_run(model *m, data_tokens *data, data_split split, int64
     ag_set_grad_enabled(&ctx, 0);
     for (int64_t w = 0; w < n && status == DT_OK; w++) {
         if ((status = data_split_window(data, split, w, T, inputs, targets)) != DT_OK) break;
-        ag_reset(&ctx);
-        dt_tensor *tokens = ag_tensor(&ctx, DT_I32, DT_SHAPE(1, T));
-        if (!tokens) {
-            status = DT_ERR;
-            break;
-        }
-        memcpy(tokens->data, inputs, (size_t)T * sizeof *inputs);
         model_outputs out;
-        memset(&out, 0, sizeof out);
-        if ((status = model_forward(m, &ctx, tokens, NULL, &out)) != DT_OK) break;
+        if ((status = eval_forward_window(m, &ctx, inputs, T, EVAL_FEEDBACK_STANDARD, &out)) != DT_OK) break;
         const float *lp = dt_f32(out.logits_primary), *lb = with_branch ? dt_f32(out.logits_branch) : NULL;
         if (with_branch) /* the mixture kernels' one definition of alpha */
             k_mixture_alpha_range(alpha, one_minus_alpha, lp, T, V, (float)m->config.mix_alpha_min,

@@ -86,18 +86,23 @@ static dt_status check_options(const model *m, const data_tokens *data, const ev
     return DT_OK;
 }
 
-/* Teacher-forced logits of one window through model_forward on a no-grad context. */
-static dt_status window_teacher_forced(model *m, ag_ctx *ctx, const int32_t *inputs, const int32_t *targets, int64_t T,
-                                       int64_t first, eval_feedback_mode feedback, scorer *sc) {
+dt_status eval_forward_window(model *m, ag_ctx *ctx, const int32_t *inputs, int64_t T, eval_feedback_mode feedback,
+                              model_outputs *out) {
     ag_reset(ctx);
     dt_tensor *tokens = ag_tensor(ctx, DT_I32, DT_SHAPE(1, T));
     if (!tokens) return DT_ERR;
     memcpy(tokens->data, inputs, (size_t)T * sizeof(int32_t));
-    model_outputs out;
-    memset(&out, 0, sizeof out);
+    memset(out, 0, sizeof *out);
     model_feedback_run run = model_feedback_plain();
     if (feedback != EVAL_FEEDBACK_STANDARD) run.passes = T; /* the soft decode of T positions (SPEC §6.5) */
-    if (model_forward_feedback(m, ctx, tokens, NULL, &run, &out) != DT_OK) return DT_ERR;
+    return model_forward_feedback(m, ctx, tokens, NULL, &run, out);
+}
+
+/* Teacher-forced logits of one window (eval_forward_window), scored from position first. */
+static dt_status window_teacher_forced(model *m, ag_ctx *ctx, const int32_t *inputs, const int32_t *targets, int64_t T,
+                                       int64_t first, eval_feedback_mode feedback, scorer *sc) {
+    model_outputs out;
+    if (eval_forward_window(m, ctx, inputs, T, feedback, &out) != DT_OK) return DT_ERR;
     int64_t V = m->config.vocab_size;
     const float *logits_branch = sc->with_branch ? dt_f32(out.logits_branch) + first * V : NULL;
     if (sc->with_branch && !out.logits_branch) return dt_errorf("model_forward returned no branch logits");
@@ -130,12 +135,11 @@ static dt_status score_window(model *m, data_tokens *data, const eval_loss_optio
     else
         status = window_decode(session, inputs, targets, T, o->prompt_len, sc);
     if (status != DT_OK) return dt_error_context("window %lld", (long long)w);
-    uint8_t *text = NULL;
-    size_t n_bytes = 0; /* ids only (tokenizer 'external'): no bytes to count */
-    if (data->tokenizer.kind != TOKENIZER_EXTERNAL &&
-        (status = data_tokenizer_decode(&data->tokenizer, targets + first, T - first, &text, &n_bytes)) != DT_OK)
-        return status;
-    free(text);
+    /* The bytes the scored targets decode to, from each token's byte length
+     * (ids are in range: the read checked them); an ids-only tokenizer's are 0. */
+    int64_t n_bytes = 0;
+    for (int64_t t = first; t < T; t++)
+        n_bytes += data->tokenizer.token_length[targets[t]];
     out[0] = sc->sum_nll;
     out[1] = sc->sum_primary;
     out[2] = sc->sum_branch;

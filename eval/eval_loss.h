@@ -62,6 +62,12 @@ typedef struct eval_loss_result {
     int has_branch;
 } eval_loss_result;
 
+/* The teacher-forced outputs of one window inputs [T] (batch 1): model_forward
+ * on ctx (reset first; no-grad for evaluation), with feedback != standard the
+ * T-pass feedback forward (soft decoding from the window's first token). */
+dt_status eval_forward_window(model *m, ag_ctx *ctx, const int32_t *inputs, int64_t T, eval_feedback_mode feedback,
+                              model_outputs *out);
+
 eval_loss_options eval_loss_default_options(void);
 
 /* Checks the options against the model and the dataset (vocab sizes equal,
