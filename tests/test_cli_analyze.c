@@ -1,6 +1,7 @@
 /* dbranch analyze (cli/cmd_analyze.c) end to end: a config at init prints a
  * line per layer, the final RMS and, with attn_res, a route line per
- * sublayer whose weights are the uniform mean; refused command lines give
+ * sublayer whose weights are the uniform mean; refused command lines (and
+ * --bridge on a model without a loop or a file that is not two-hop) give
  * one "dbranch analyze: ..." line naming the option and exit non-zero. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -72,4 +73,8 @@ Test(cli_analyze, bad_command_lines_are_one_line_errors) {
     refused("analyze --config '%s' --data '%s' --set model.attn_res_heads=2", "attn_res_heads");
     refused("analyze --config '%s' --data '%s' --split test", "--split 'test'");
     refused("analyze --config '%s' --data '%s' stray", "unexpected argument 'stray'");
+    refused("analyze --bridge --config '%s' --data '%s'", "n_loop = 1; it needs a looped stack");
+    refused("analyze --bridge --config '%s' --set model.n_loop=2 --data '%s'",
+            "not a two-hop record file (record_len 0, expected 5)");
+    refused("analyze --bridge --config '%s' --data '%s' --windows 2", "--windows and --seq-len do not apply");
 }
