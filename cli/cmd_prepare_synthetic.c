@@ -50,9 +50,13 @@ int cmd_prepare_synthetic(int argc, char **argv) {
             option_int(argc, argv, "--train-records", 1, INT32_MAX, &n_train) ||
             option_int(argc, argv, "--val-records", 1, INT32_MAX, &n_val))
             return 1;
-        if (strcmp(answers, "every") && strcmp(answers, "final"))
-            return fail("--answers '%s' must be every or final", answers);
-        data_prefix_sum_options options = {length, modulus, n_train, n_val, (uint64_t)seed, !strcmp(answers, "final")};
+        static const char *const formats[] = {"every", "final", "labels"}; /* data_answers_format order */
+        int format = -1;
+        for (int f = 0; f < 3; f++)
+            if (!strcmp(answers, formats[f])) format = f;
+        if (format < 0) return fail("--answers '%s' must be every, final or labels", answers);
+        data_prefix_sum_options options = {length, modulus,        n_train,
+                                           n_val,  (uint64_t)seed, (data_answers_format)format};
         status = data_synthetic_prefix_sum(&options, &records);
     } else if (!strcmp(task, "two-hop")) {
         int64_t entities = 200, relations = 4;
@@ -68,9 +72,10 @@ int cmd_prepare_synthetic(int argc, char **argv) {
     data_tokenizer tok;
     status = records.byte_tokens ? data_tokenizer_byte(&tok) : data_tokenizer_external(&tok, records.vocab_size);
     if (status == DT_OK) {
-        status =
-            data_tokens_write_records(out_path, &tok, records.train, records.n_train, records.val, records.n_val,
-                                      records.source, records.record_len, records.train_answer, records.val_answer);
+        const data_record_layout layout = {
+            records.record_len, {records.train_answer, records.val_answer}, {records.train_target, records.val_target}};
+        status = data_tokens_write_records(out_path, &tok, records.train, records.n_train, records.val, records.n_val,
+                                           records.source, &layout);
         data_tokenizer_free(&tok);
     }
     if (status == DT_OK)

@@ -10,7 +10,9 @@
  * Record files (data/tokens.h, record_len R): a window is the first T + 1
  * tokens of one record, never straddling two (a task's state starts at its
  * record): training draws the record uniformly, validation window i is
- * record i. */
+ * record i. A labelled record file (data/tokens.h) stores each position's
+ * target beside it, so a window is the first T tokens of a record and
+ * their T targets. */
 #include "data/loader.h"
 
 #include <stdlib.h>
@@ -22,15 +24,15 @@ dt_status data_loader_init(data_loader *loader, data_tokens *tokens, int64_t bat
     if (batch_size < 1 || seq_len < 1)
         return dt_errorf("loader: batch_size %lld and seq_len %lld must be >= 1", (long long)batch_size,
                          (long long)seq_len);
-    int64_t n_train = tokens->split_length[SPLIT_TRAIN];
-    if (tokens->record_len && seq_len + 1 > tokens->record_len)
-        return dt_errorf("%s: windows of seq_len + 1 = %lld tokens do not fit in its records of record_len = %lld "
+    int64_t n_train = tokens->split_length[SPLIT_TRAIN], shift = data_tokens_target_shift(tokens, SPLIT_TRAIN);
+    if (tokens->record_len && seq_len + shift > tokens->record_len)
+        return dt_errorf("%s: windows of %lld tokens do not fit in its records of record_len = %lld "
                          "(set the sequence length to at most %lld)",
-                         tokens->path, (long long)(seq_len + 1), (long long)tokens->record_len,
-                         (long long)(tokens->record_len - 1));
-    if (n_train < seq_len + 1)
-        return dt_errorf("%s: /train has %lld tokens, fewer than seq_len + 1 = %lld", tokens->path, (long long)n_train,
-                         (long long)(seq_len + 1));
+                         tokens->path, (long long)(seq_len + shift), (long long)tokens->record_len,
+                         (long long)(tokens->record_len - shift));
+    if (n_train < seq_len + shift)
+        return dt_errorf("%s: /train has %lld tokens, fewer than a window of %lld", tokens->path, (long long)n_train,
+                         (long long)(seq_len + shift));
     loader->window = malloc((size_t)(seq_len + 1) * sizeof *loader->window);
     if (!loader->window) return dt_errorf("loader: out of memory for a window of %lld tokens", (long long)seq_len);
     loader->tokens = tokens;
@@ -56,6 +58,12 @@ dt_status data_loader_next(data_loader *loader, int32_t *inputs, int32_t *target
     for (int64_t b = 0; b < loader->batch_size; b++) {
         int64_t start = (int64_t)dt_rng_below(&loader->rng, n_starts) * (R ? R : 1);
         loader->windows_drawn++;
+        if (loader->tokens->has_target[SPLIT_TRAIN]) { /* labelled: T tokens and their own T targets */
+            if (data_tokens_read(loader->tokens, SPLIT_TRAIN, start, T, inputs + b * T) != DT_OK ||
+                data_tokens_read_targets(loader->tokens, SPLIT_TRAIN, start, T, targets + b * T) != DT_OK)
+                return DT_ERR;
+            continue;
+        }
         if (data_tokens_read(loader->tokens, SPLIT_TRAIN, start, T + 1, loader->window) != DT_OK) return DT_ERR;
         memcpy(inputs + b * T, loader->window, (size_t)T * sizeof *inputs);
         memcpy(targets + b * T, loader->window + 1, (size_t)T * sizeof *targets);
@@ -65,8 +73,8 @@ dt_status data_loader_next(data_loader *loader, int32_t *inputs, int32_t *target
 
 int64_t data_split_windows(const data_tokens *tokens, data_split split, int64_t seq_len) {
     if (seq_len < 1 || (split != SPLIT_TRAIN && split != SPLIT_VAL)) return 0;
-    int64_t n = tokens->split_length[split];
-    if (tokens->record_len) return seq_len + 1 <= tokens->record_len ? n / tokens->record_len : 0;
+    int64_t n = tokens->split_length[split], shift = data_tokens_target_shift(tokens, split);
+    if (tokens->record_len) return seq_len + shift <= tokens->record_len ? n / tokens->record_len : 0;
     /* Window i needs tokens [i*T, i*T + T]: i*T + T + 1 <= n. */
     return n >= seq_len + 1 ? (n - 1) / seq_len : 0;
 }
@@ -80,6 +88,10 @@ dt_status data_split_window(data_tokens *tokens, data_split split, int64_t index
                          (long long)index, split == SPLIT_TRAIN ? "/train" : "/val", (long long)n_windows,
                          (long long)seq_len);
     int64_t start = index * (tokens->record_len ? tokens->record_len : seq_len);
+    if (tokens->has_target[split])
+        return data_tokens_read(tokens, split, start, seq_len, inputs) == DT_OK
+                   ? data_tokens_read_targets(tokens, split, start, seq_len, targets)
+                   : DT_ERR;
     /* No staging buffer: inputs holds tokens [start, start+T), targets reuses them shifted plus one more. */
     if (data_tokens_read(tokens, split, start, seq_len, inputs) != DT_OK) return DT_ERR;
     if (seq_len > 1) memcpy(targets, inputs + 1, (size_t)(seq_len - 1) * sizeof *targets);

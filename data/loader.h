@@ -5,7 +5,8 @@
  * checkpoint so a resumed run sees the same batches.
  * Evaluation: a deterministic sweep of non-overlapping windows of /val.
  * Record files (record_len R, data/tokens.h): each window is the start of one
- * record, so it needs T + 1 <= R. */
+ * record, so it needs T + 1 <= R (T <= R in a labelled file, whose targets
+ * are stored beside the tokens). */
 #ifndef DATA_LOADER_H
 #define DATA_LOADER_H
 
@@ -27,10 +28,11 @@ typedef struct data_loader {
 dt_status data_loader_init(data_loader *loader, data_tokens *tokens, int64_t batch_size, int64_t seq_len,
                            uint64_t seed);
 void data_loader_free(data_loader *loader);
-/* inputs, targets int32 [B, T]: targets are inputs shifted by one. */
+/* inputs, targets int32 [B, T]: targets are inputs shifted by one (the stored targets of a labelled file). */
 dt_status data_loader_next(data_loader *loader, int32_t *inputs, int32_t *targets);
 
-/* Number of non-overlapping windows of T + 1 tokens in a split (window i starts at i*T). */
+/* Number of non-overlapping windows of T + 1 tokens in a split (window i starts at i*T; record files: one per record).
+ */
 int64_t data_split_windows(const data_tokens *tokens, data_split split, int64_t seq_len);
 /* inputs, targets [T] of window i of the split. */
 dt_status data_split_window(data_tokens *tokens, data_split split, int64_t index, int64_t seq_len, int32_t *inputs,

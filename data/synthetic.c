@@ -14,17 +14,25 @@ void data_records_free(data_records *records) {
     free(records->val);
     free(records->train_answer);
     free(records->val_answer);
+    free(records->train_target);
+    free(records->val_target);
     memset(records, 0, sizeof *records);
 }
 
-static dt_status alloc_split(int32_t **tokens, int32_t **answer, int64_t n) {
+/* target: NULL, or where the split's labelled targets go. */
+static dt_status alloc_split(int32_t **tokens, int32_t **answer, int32_t **target, int64_t n) {
     *tokens = calloc((size_t)n, sizeof **tokens);
     *answer = calloc((size_t)n, sizeof **answer);
-    return *tokens && *answer ? DT_OK : dt_errorf("synthetic task: out of memory for %lld tokens", (long long)n);
+    if (target) *target = calloc((size_t)n, sizeof **target);
+    return *tokens && *answer && (!target || *target)
+               ? DT_OK
+               : dt_errorf("synthetic task: out of memory for %lld tokens", (long long)n);
 }
 
 /* One record ">" x0 a0 ... into tokens[R], its answer marks into answer[R]. */
-static void prefix_sum_record(dt_rng *rng, int64_t length, int64_t modulus, int32_t *tokens, int32_t *answer) {
+static void prefix_sum_record(dt_rng *rng, int64_t length, int64_t modulus, int32_t *tokens, int32_t *answer,
+                              int32_t *target) {
+    (void)target;
     tokens[0] = '>';
     answer[0] = 0;
     int64_t sum = 0;
@@ -39,7 +47,9 @@ static void prefix_sum_record(dt_rng *rng, int64_t length, int64_t modulus, int3
 }
 
 /* One record ">" x0 .. x(m-1) "=" a "." ... of R = n + 3 tokens, m uniform in 1..n, a = 'a' + sum mod k. */
-static void final_sum_record(dt_rng *rng, int64_t length, int64_t modulus, int32_t *tokens, int32_t *answer) {
+static void final_sum_record(dt_rng *rng, int64_t length, int64_t modulus, int32_t *tokens, int32_t *answer,
+                             int32_t *target) {
+    (void)target;
     const int64_t m = 1 + (int64_t)dt_rng_below(rng, (uint64_t)length), R = length + 3;
     int64_t sum = 0;
     tokens[0] = '>';
@@ -56,6 +66,19 @@ static void final_sum_record(dt_rng *rng, int64_t length, int64_t modulus, int32
         answer[i] = i == 2 + m;
 }
 
+/* One labelled record x0 .. x(n-1) into tokens[n], target[i] = 'a' + (x0 + .. + xi) mod k, every target marked. */
+static void labelled_sum_record(dt_rng *rng, int64_t length, int64_t modulus, int32_t *tokens, int32_t *answer,
+                                int32_t *target) {
+    int64_t sum = 0;
+    for (int64_t i = 0; i < length; i++) {
+        int64_t digit = (int64_t)dt_rng_below(rng, (uint64_t)modulus);
+        sum = (sum + digit) % modulus;
+        tokens[i] = (int32_t)('0' + digit);
+        target[i] = (int32_t)('a' + sum);
+        answer[i] = 1;
+    }
+}
+
 dt_status data_synthetic_prefix_sum(const data_prefix_sum_options *o, data_records *out) {
     memset(out, 0, sizeof *out);
     if (o->length < 1 || o->length > 1 << 20)
@@ -64,7 +87,12 @@ dt_status data_synthetic_prefix_sum(const data_prefix_sum_options *o, data_recor
     if (o->n_train < 1 || o->n_val < 1)
         return dt_errorf("--train-records %lld and --val-records %lld must be >= 1", (long long)o->n_train,
                          (long long)o->n_val);
-    const int64_t R = o->final_only ? o->length + 3 : 2 * o->length + 1;
+    if (o->answers == DATA_ANSWERS_LABELS && o->length < 2)
+        return dt_errorf("--length %lld must be >= 2 for labelled records", (long long)o->length);
+    const int64_t R = o->answers == DATA_ANSWERS_FINAL    ? o->length + 3
+                      : o->answers == DATA_ANSWERS_LABELS ? o->length
+                                                          : 2 * o->length + 1;
+    const int labelled = o->answers == DATA_ANSWERS_LABELS;
     if (o->n_train > (INT64_MAX / 8) / R || o->n_val > (INT64_MAX / 8) / R)
         return dt_errorf("synthetic task: too many records");
     out->record_len = R;
@@ -72,22 +100,26 @@ dt_status data_synthetic_prefix_sum(const data_prefix_sum_options *o, data_recor
     out->byte_tokens = 1;
     out->n_train = o->n_train * R;
     out->n_val = o->n_val * R;
-    if (alloc_split(&out->train, &out->train_answer, out->n_train) != DT_OK ||
-        alloc_split(&out->val, &out->val_answer, out->n_val) != DT_OK) {
+    if (alloc_split(&out->train, &out->train_answer, labelled ? &out->train_target : NULL, out->n_train) != DT_OK ||
+        alloc_split(&out->val, &out->val_answer, labelled ? &out->val_target : NULL, out->n_val) != DT_OK) {
         data_records_free(out);
         return DT_ERR;
     }
     dt_rng rng;
     dt_rng_seed(&rng, o->seed);
-    void (*record)(dt_rng *, int64_t, int64_t, int32_t *, int32_t *) =
-        o->final_only ? final_sum_record : prefix_sum_record;
+    void (*record)(dt_rng *, int64_t, int64_t, int32_t *, int32_t *, int32_t *) = o->answers == DATA_ANSWERS_FINAL
+                                                                                      ? final_sum_record
+                                                                                  : labelled ? labelled_sum_record
+                                                                                             : prefix_sum_record;
     for (int64_t r = 0; r < o->n_train; r++)
-        record(&rng, o->length, o->modulus, out->train + r * R, out->train_answer + r * R);
+        record(&rng, o->length, o->modulus, out->train + r * R, out->train_answer + r * R,
+               labelled ? out->train_target + r * R : NULL);
     for (int64_t r = 0; r < o->n_val; r++)
-        record(&rng, o->length, o->modulus, out->val + r * R, out->val_answer + r * R);
+        record(&rng, o->length, o->modulus, out->val + r * R, out->val_answer + r * R,
+               labelled ? out->val_target + r * R : NULL);
+    static const char *const format_words[] = {"", "final answer after up to ", "labelled targets, "};
     snprintf(out->source, sizeof out->source, "synthetic prefix-sum: %s%lld digits mod %lld, seed %llu",
-             o->final_only ? "final answer after up to " : "", (long long)o->length, (long long)o->modulus,
-             (unsigned long long)o->seed);
+             format_words[o->answers], (long long)o->length, (long long)o->modulus, (unsigned long long)o->seed);
     return DT_OK;
 }
 
@@ -126,8 +158,8 @@ dt_status data_synthetic_two_hop(const data_two_hop_options *o, data_records *ou
     out->byte_tokens = 0;
     out->n_train = n_train_records * TWO_HOP_R;
     out->n_val = n_val_records * TWO_HOP_R;
-    if (alloc_split(&out->train, &out->train_answer, out->n_train) != DT_OK ||
-        alloc_split(&out->val, &out->val_answer, out->n_val) != DT_OK) {
+    if (alloc_split(&out->train, &out->train_answer, NULL, out->n_train) != DT_OK ||
+        alloc_split(&out->val, &out->val_answer, NULL, out->n_val) != DT_OK) {
         free(edge);
         free(order);
         data_records_free(out);

@@ -9,10 +9,11 @@
  *               a_(i-1) + x_i is a local step; with final answers only, a
  *               record is ">" x0 .. x(m-1) "=" a(m-1) "." ... with m uniform
  *               in 1..n, and the sum of all m digits has to be carried.
- *               Every answer is in the context of the next one, so a_i =
- *               a_(i-1) + x_i is a local step; with final answers only, a
- *               record is ">" x0 .. x(m-1) "=" a(m-1) "." ... with m uniform
- *               in 1..n, and the sum of all m digits has to be carried.
+ *               Labelled (answers = labels): the record is x0 .. x(n-1)
+ *               alone and a_i is the stored target of position i (a
+ *               labelled record file, data/tokens.h), so every position is
+ *               supervised and no answer is ever an input: the running sum
+ *               has to be carried inside the model at every position.
  *   two-hop     entity-disjoint graphs A and B over shared relations, one
  *               edge per (entity, relation) inside its graph; atomic facts
  *               "BOS e r e' EOS" of both graphs and two-hop queries
@@ -30,13 +31,19 @@
 
 #include "core/error.h"
 
+typedef enum {
+    DATA_ANSWERS_EVERY = 0, /* ">" x0 a0 x1 a1 ...: R = 2n + 1 */
+    DATA_ANSWERS_FINAL,     /* one answer after m <= n digits: R = n + 3 */
+    DATA_ANSWERS_LABELS     /* x0 .. x(n-1) with a_i the target of position i: R = n */
+} data_answers_format;
+
 typedef struct data_prefix_sum_options {
     int64_t length;  /* digits per record, n: R = 2n + 1 */
     int64_t modulus; /* k in [2, 10] */
     int64_t n_train; /* records in /train */
     int64_t n_val;   /* records in /val */
     uint64_t seed;
-    int final_only; /* 1: one answer per record, after m <= n digits (R = n + 3) */
+    data_answers_format answers;
 } data_prefix_sum_options;
 
 typedef struct data_two_hop_options {
@@ -57,8 +64,10 @@ typedef struct data_records {
     int64_t n_train;
     int32_t *val; /* [n_val] */
     int64_t n_val;
-    int32_t *train_answer; /* [n_train] 1 where the token is an answer */
+    int32_t *train_answer; /* [n_train] 1 where the token (or the target, when labelled) is an answer */
     int32_t *val_answer;   /* [n_val] */
+    int32_t *train_target; /* NULL, or [n_train]: each position's own target (a labelled record file) */
+    int32_t *val_target;   /* NULL, or [n_val] */
     char source[256];
 } data_records;
 

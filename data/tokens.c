@@ -2,7 +2,9 @@
  *
  * Layout: root attributes format = "dbranch-tokens", tokenizer, vocab_size,
  * source; contiguous 1-D datasets /train and /val (uint16 when
- * vocab_size <= 65536, else uint32); BPE merges under /tokenizer. Files are
+ * vocab_size <= 65536, else uint32); BPE merges under /tokenizer. Record
+ * files add the record_len attribute, int32 answer marks and, when labelled,
+ * /train_target and /val_target stored like the splits. Files are
  * written to PATH.tmp and renamed, so a crash never leaves a half-written PATH.
  * Reads are hyperslabs of [start, start + count): the loader never holds a
  * split in memory, and every token read is checked against vocab_size. */
@@ -44,11 +46,11 @@ typedef struct token_file_parts {
     const int32_t *val;
     int64_t n_val;
     const char *source;
-    int64_t record_len;       /* 0: streams */
-    const int32_t *answer[2]; /* record files: the answer marks of each split */
+    const data_record_layout *records; /* NULL: streams */
 } token_file_parts;
 
 static const char *const answer_names[2] = {"/train_answer", "/val_answer"};
+static const char *const target_names[2] = {"/train_target", "/val_target"};
 
 static dt_status write_token_file(hid_t file, const void *ctx) {
     const token_file_parts *p = ctx;
@@ -59,10 +61,13 @@ static dt_status write_token_file(hid_t file, const void *ctx) {
         status = h5_write_attr_string(file, "source", p->source && p->source[0] ? p->source : "unknown");
     if (status == DT_OK) status = write_split(file, "/train", p->train, p->n_train, file_type);
     if (status == DT_OK) status = write_split(file, "/val", p->val, p->n_val, file_type);
-    if (status == DT_OK && p->record_len) status = h5_write_attr_int(file, "record_len", p->record_len);
-    for (int s = 0; s < 2 && status == DT_OK && p->record_len; s++) {
+    if (!p->records) return status;
+    if (status == DT_OK) status = h5_write_attr_int(file, "record_len", p->records->record_len);
+    for (int s = 0; s < 2 && status == DT_OK; s++) {
         int64_t shape[1] = {s ? p->n_val : p->n_train};
-        status = h5_write_i32(file, answer_names[s], p->answer[s], 1, shape);
+        status = h5_write_i32(file, answer_names[s], p->records->answer[s], 1, shape);
+        if (status == DT_OK && p->records->target[s])
+            status = write_split(file, target_names[s], p->records->target[s], shape[0], file_type);
     }
     return status;
 }
@@ -75,25 +80,32 @@ dt_status data_tokens_write(const char *path, const data_tokenizer *tok, const i
         check_tokens(val, n_val, tok->vocab_size, "/val") != DT_OK)
         return dt_error_context("%s", path);
 
-    const token_file_parts parts = {tok, train, n_train, val, n_val, source, 0, {NULL, NULL}};
+    const token_file_parts parts = {tok, train, n_train, val, n_val, source, NULL};
     return h5_write_file(path, write_token_file, &parts);
 }
 
 dt_status data_tokens_write_records(const char *path, const data_tokenizer *tok, const int32_t *train, int64_t n_train,
-                                    const int32_t *val, int64_t n_val, const char *source, int64_t record_len,
-                                    const int32_t *train_answer, const int32_t *val_answer) {
+                                    const int32_t *val, int64_t n_val, const char *source,
+                                    const data_record_layout *layout) {
     if (!tok || !tok->token_length) return dt_errorf("%s: tokenizer is not initialised", path);
-    if (record_len < 2 || n_train % record_len || n_val % record_len || !train_answer || !val_answer)
+    const int64_t R = layout->record_len;
+    if (R < 2 || n_train % R || n_val % R || !layout->answer[0] || !layout->answer[1])
         return dt_errorf("%s: splits of %lld and %lld tokens are not whole records of %lld tokens with answer marks",
-                         path, (long long)n_train, (long long)n_val, (long long)record_len);
+                         path, (long long)n_train, (long long)n_val, (long long)R);
+    if (!layout->target[0] != !layout->target[1])
+        return dt_errorf("%s: either both splits or neither have labelled targets", path);
     if (check_tokens(train, n_train, tok->vocab_size, "/train") != DT_OK ||
-        check_tokens(val, n_val, tok->vocab_size, "/val") != DT_OK)
+        check_tokens(val, n_val, tok->vocab_size, "/val") != DT_OK ||
+        (layout->target[0] && check_tokens(layout->target[0], n_train, tok->vocab_size, target_names[0]) != DT_OK) ||
+        (layout->target[1] && check_tokens(layout->target[1], n_val, tok->vocab_size, target_names[1]) != DT_OK))
         return dt_error_context("%s", path);
-    const token_file_parts parts = {tok, train, n_train, val, n_val, source, record_len, {train_answer, val_answer}};
+    const token_file_parts parts = {tok, train, n_train, val, n_val, source, layout};
     return h5_write_file(path, write_token_file, &parts);
 }
 
-/* A record file's record_len and answer datasets, checked against the splits. */
+static dt_status open_ids(hid_t file, const char *name, hid_t *dataset_out, int *token_size, int64_t *length);
+
+/* A record file's record_len, answer and target datasets, checked against the splits. */
 static dt_status open_records(data_tokens *tokens) {
     tokens->record_len = 0;
     if (h5_has_attr(tokens->file, "record_len")) {
@@ -115,7 +127,25 @@ static dt_status open_records(data_tokens *tokens) {
             return dt_errorf("dataset '%s' must be 1-D of %lld marks, one per token of %s", answer_names[s],
                              (long long)tokens->split_length[s], split_names[s]);
     }
+    for (int s = 0; s < 2; s++) {
+        tokens->has_target[s] = h5_exists(tokens->file, target_names[s]);
+        if (!tokens->has_target[s]) continue;
+        if (!tokens->record_len)
+            return dt_errorf("dataset '%s' needs the record_len attribute (targets come with record files)",
+                             target_names[s]);
+        int token_size = 0;
+        int64_t length = 0;
+        if (open_ids(tokens->file, target_names[s], &tokens->target_dataset[s], &token_size, &length) != DT_OK)
+            return DT_ERR;
+        if (length != tokens->split_length[s] || token_size != tokens->split_token_size[s])
+            return dt_errorf("dataset '%s' must hold %lld ids of %d bytes, one per token of %s", target_names[s],
+                             (long long)tokens->split_length[s], tokens->split_token_size[s], split_names[s]);
+    }
     return DT_OK;
+}
+
+int64_t data_tokens_target_shift(const data_tokens *tokens, data_split split) {
+    return (split == SPLIT_TRAIN || split == SPLIT_VAL) && tokens->has_target[split] ? 0 : 1;
 }
 
 dt_status data_tokens_read_answers(data_tokens *tokens, data_split split, int32_t **answer) {
@@ -145,35 +175,39 @@ dt_status data_tokens_read_answers(data_tokens *tokens, data_split split, int32_
 
 void data_tokens_close(data_tokens *tokens) {
     if (!tokens) return;
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 2; s++) {
         if (tokens->split_dataset[s] > 0) H5Dclose(tokens->split_dataset[s]);
+        if (tokens->target_dataset[s] > 0) H5Dclose(tokens->target_dataset[s]);
+    }
     if (tokens->file > 0) H5Fclose(tokens->file);
     data_tokenizer_free(&tokens->tokenizer);
     memset(tokens, 0, sizeof *tokens);
     tokens->file = tokens->split_dataset[0] = tokens->split_dataset[1] = H5I_INVALID_HID;
+    tokens->target_dataset[0] = tokens->target_dataset[1] = H5I_INVALID_HID;
 }
 
-/* Opens /train or /val and checks it is a 1-D unsigned integer dataset of at most 32 bits. */
-static dt_status open_split(data_tokens *tokens, int s) {
-    const char *name = split_names[s];
-    if (!h5_exists(tokens->file, name)) return dt_errorf("missing dataset '%s'", name);
-    hid_t dataset = H5Dopen2(tokens->file, name, H5P_DEFAULT);
+/* Opens a dataset of token ids (/train, /val, a labelled file's targets) into
+ * *dataset and checks it is a 1-D unsigned integer dataset of at most 32 bits;
+ * *token_size = the bytes per id reads use, *length = its ids. */
+static dt_status open_ids(hid_t file, const char *name, hid_t *dataset_out, int *token_size, int64_t *length) {
+    if (!h5_exists(file, name)) return dt_errorf("missing dataset '%s'", name);
+    hid_t dataset = H5Dopen2(file, name, H5P_DEFAULT);
     if (dataset < 0) return dt_errorf("'%s' is not a dataset", name);
-    tokens->split_dataset[s] = dataset;
+    *dataset_out = dataset;
     hid_t type = H5Dget_type(dataset);
     size_t size = type >= 0 ? H5Tget_size(type) : 0;
     int ok = type >= 0 && H5Tget_class(type) == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_NONE && size <= 4;
     if (type >= 0) H5Tclose(type);
     if (!ok) return dt_errorf("dataset '%s' must hold unsigned integers of at most 32 bits", name);
     /* Reads use the native type of this width; uint8 (which we never write) is converted to uint16. */
-    tokens->split_token_size[s] = size <= 2 ? 2 : 4;
+    *token_size = size <= 2 ? 2 : 4;
     hid_t space = H5Dget_space(dataset);
     int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
     hsize_t dims[1] = {0};
     if (rank == 1) H5Sget_simple_extent_dims(space, dims, NULL);
     if (space >= 0) H5Sclose(space);
     if (rank != 1) return dt_errorf("dataset '%s' has rank %d, expected 1", name, rank);
-    tokens->split_length[s] = (int64_t)dims[0];
+    *length = (int64_t)dims[0];
     return DT_OK;
 }
 
@@ -182,6 +216,7 @@ static dt_status scan_splits(data_tokens *tokens);
 dt_status data_tokens_open(data_tokens *tokens, const char *path) {
     memset(tokens, 0, sizeof *tokens);
     tokens->file = tokens->split_dataset[0] = tokens->split_dataset[1] = H5I_INVALID_HID;
+    tokens->target_dataset[0] = tokens->target_dataset[1] = H5I_INVALID_HID;
     if (strlen(path) >= sizeof tokens->path) return dt_errorf("token file path is too long (%zu bytes)", strlen(path));
     snprintf(tokens->path, sizeof tokens->path, "%s", path);
     if (h5_open(path, 0, &tokens->file) != DT_OK) return DT_ERR; /* the message names the file */
@@ -204,7 +239,8 @@ dt_status data_tokens_open(data_tokens *tokens, const char *path) {
     }
     tokens->vocab_size = tokens->tokenizer.vocab_size;
     for (int s = 0; s < 2 && status == DT_OK; s++)
-        status = open_split(tokens, s);
+        status = open_ids(tokens->file, split_names[s], &tokens->split_dataset[s], &tokens->split_token_size[s],
+                          &tokens->split_length[s]);
     if (status == DT_OK) status = open_records(tokens);
     if (status != DT_OK) {
         data_tokens_close(tokens);
@@ -217,17 +253,21 @@ dt_status data_tokens_open(data_tokens *tokens, const char *path) {
     return DT_OK;
 }
 
-/* out[count] = split[start .. start + count) as stored (uint32 values in int32 slots), unchecked. */
-static dt_status read_raw(data_tokens *tokens, data_split split, int64_t start, int64_t count, int32_t *out) {
+/* out[count] = split[start .. start + count) as stored (uint32 values in int32 slots), unchecked;
+ * targets = 1: the split's labelled targets instead of its tokens. */
+static dt_status read_raw(data_tokens *tokens, data_split split, int targets, int64_t start, int64_t count,
+                          int32_t *out) {
     if (split != SPLIT_TRAIN && split != SPLIT_VAL) return dt_errorf("%s: unknown split %d", tokens->path, (int)split);
-    const char *name = split_names[split];
+    const char *name = targets ? target_names[split] : split_names[split];
     int64_t length = tokens->split_length[split];
-    if (tokens->split_dataset[split] <= 0) return dt_errorf("%s: token file is not open", tokens->path);
+    hid_t dataset = targets ? tokens->target_dataset[split] : tokens->split_dataset[split];
+    if (dataset <= 0 && targets)
+        return dt_errorf("%s has no %s dataset (not a labelled record file)", tokens->path, name);
+    if (dataset <= 0) return dt_errorf("%s: token file is not open", tokens->path);
     if (start < 0 || count < 0 || start > length || count > length - start)
         return dt_errorf("%s: read of %s[%lld, %lld) is outside the split of %lld tokens", tokens->path, name,
                          (long long)start, (long long)(start + count), (long long)length);
     if (count == 0) return DT_OK;
-    hid_t dataset = tokens->split_dataset[split];
     hid_t file_space = H5Dget_space(dataset);
     hsize_t offset[1] = {(hsize_t)start}, extent[1] = {(hsize_t)count};
     hid_t memory_space = H5Screate_simple(1, extent, NULL);
@@ -255,14 +295,14 @@ static dt_status read_raw(data_tokens *tokens, data_split split, int64_t start, 
 }
 
 /* Every token of out[count] (read from split at start) is < vocab_size, or an error naming the first that is not. */
-static dt_status check_range(const data_tokens *tokens, data_split split, int64_t start, int64_t count,
+static dt_status check_range(const data_tokens *tokens, const char *name, int64_t start, int64_t count,
                              const int32_t *out, const char *when) {
     for (int64_t i = 0; i < count; i++) {
         uint32_t token;
         memcpy(&token, &out[i], sizeof token); /* as stored: a uint32 above INT32_MAX stays visible */
         if ((int64_t)token >= tokens->vocab_size)
-            return dt_errorf("%s: token %u at %s[%lld] is >= vocab_size %lld%s", tokens->path, token,
-                             split_names[split], (long long)(start + i), (long long)tokens->vocab_size, when);
+            return dt_errorf("%s: token %u at %s[%lld] is >= vocab_size %lld%s", tokens->path, token, name,
+                             (long long)(start + i), (long long)tokens->vocab_size, when);
     }
     return DT_OK;
 }
@@ -275,19 +315,29 @@ static dt_status scan_splits(data_tokens *tokens) {
     int32_t *buffer = malloc(CHUNK * sizeof *buffer);
     if (!buffer) return dt_errorf("%s: out of memory checking the tokens", tokens->path);
     dt_status status = DT_OK;
-    for (int s = 0; s < 2 && status == DT_OK; s++)
-        for (int64_t start = 0; start < tokens->split_length[s] && status == DT_OK; start += CHUNK) {
-            int64_t count = tokens->split_length[s] - start < CHUNK ? tokens->split_length[s] - start : CHUNK;
-            status = read_raw(tokens, (data_split)s, start, count, buffer);
+    for (int s = 0; s < 4 && status == DT_OK; s++) { /* /train, /val, then their targets if labelled */
+        const data_split split = (data_split)(s % 2);
+        const int targets = s >= 2;
+        if (targets && !tokens->has_target[split]) continue;
+        const char *name = targets ? target_names[split] : split_names[split];
+        for (int64_t start = 0; start < tokens->split_length[split] && status == DT_OK; start += CHUNK) {
+            int64_t count = tokens->split_length[split] - start < CHUNK ? tokens->split_length[split] - start : CHUNK;
+            status = read_raw(tokens, split, targets, start, count, buffer);
             if (status == DT_OK)
-                status = check_range(tokens, (data_split)s, start, count, buffer, " (found when the file was opened)");
+                status = check_range(tokens, name, start, count, buffer, " (found when the file was opened)");
         }
+    }
     free(buffer);
     return status;
 }
 
 dt_status data_tokens_read(data_tokens *tokens, data_split split, int64_t start, int64_t count, int32_t *out) {
-    if (read_raw(tokens, split, start, count, out) != DT_OK) return DT_ERR;
+    if (read_raw(tokens, split, 0, start, count, out) != DT_OK) return DT_ERR;
     /* Cheap next to the read, and it keeps a file changed after opening from reaching the model. */
-    return check_range(tokens, split, start, count, out, "");
+    return check_range(tokens, split_names[split], start, count, out, "");
+}
+
+dt_status data_tokens_read_targets(data_tokens *tokens, data_split split, int64_t start, int64_t count, int32_t *out) {
+    if (read_raw(tokens, split, 1, start, count, out) != DT_OK) return DT_ERR;
+    return check_range(tokens, target_names[split], start, count, out, "");
 }

@@ -55,10 +55,12 @@ dt_status eval_accuracy_run(model *m, data_tokens *data, data_split split, int64
     if (data->vocab_size != V)
         return dt_errorf("%s: vocab_size %lld differs from the model's %lld", data->path, (long long)data->vocab_size,
                          (long long)V);
-    int64_t T = seq_len ? seq_len : (m->config.block_size < R - 1 ? m->config.block_size : R - 1);
-    if (T > m->config.block_size || T > R - 1)
-        return dt_errorf("seq_len %lld exceeds the model's block_size %lld or record_len - 1 = %lld", (long long)T,
-                         (long long)m->config.block_size, (long long)(R - 1));
+    /* A mark at record index i scores the target stored at i: the target of input position i - shift. */
+    const int64_t shift = data_tokens_target_shift(data, split), longest = R - shift;
+    int64_t T = seq_len ? seq_len : (m->config.block_size < longest ? m->config.block_size : longest);
+    if (T > m->config.block_size || T > longest)
+        return dt_errorf("seq_len %lld exceeds the model's block_size %lld or the %lld positions of a record",
+                         (long long)T, (long long)m->config.block_size, (long long)longest);
     int64_t available = data_split_windows(data, split, T);
     int64_t n = n_windows == 0 || n_windows > available ? available : n_windows;
     int32_t *marks = NULL;
@@ -90,7 +92,7 @@ dt_status eval_accuracy_run(model *m, data_tokens *data, data_split split, int64
                                   (float)m->config.mix_alpha_max);
         const int32_t *record_marks = marks + w * R;
         for (int64_t t = 0; t < T; t++) {
-            if (!record_marks[t + 1]) continue;
+            if (!record_marks[t + shift]) continue;
             int32_t guess = predict(lp + t * V, lb ? lb + t * V : NULL, with_branch ? alpha[t] : 1.0,
                                     with_branch ? one_minus_alpha[t] : 0.0, V);
             int correct = guess == targets[t];

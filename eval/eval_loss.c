@@ -152,13 +152,14 @@ static dt_status score_window(model *m, data_tokens *data, const eval_loss_optio
 dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o, eval_loss_result *result) {
     memset(result, 0, sizeof *result);
     int64_t T = o->seq_len ? o->seq_len : m->config.block_size;
-    /* A record file's windows are its records' first T + 1 tokens (data/loader.h). */
-    if (!o->seq_len && data->record_len && T > data->record_len - 1) T = data->record_len - 1;
+    /* A record file's windows are its records' first T + 1 tokens, T in a labelled one (data/loader.h). */
+    const int64_t shift = data_tokens_target_shift(data, o->split);
+    if (!o->seq_len && data->record_len && T > data->record_len - shift) T = data->record_len - shift;
     if (check_options(m, data, o, T) != DT_OK) return DT_ERR;
     int64_t available = data_split_windows(data, o->split, T);
     if (available < 1 && data->record_len)
-        return dt_errorf("%s: windows of seq_len + 1 = %lld tokens do not fit in its records of record_len = %lld",
-                         data->path, (long long)(T + 1), (long long)data->record_len);
+        return dt_errorf("%s: windows of %lld tokens do not fit in its records of record_len = %lld", data->path,
+                         (long long)(T + shift), (long long)data->record_len);
     if (available < 1)
         return dt_errorf("%s: the %s split holds fewer than %lld tokens (one window of seq_len + 1)", data->path,
                          o->split == SPLIT_VAL ? "val" : "train", (long long)(T + 1));

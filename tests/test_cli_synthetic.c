@@ -66,7 +66,7 @@ Test(cli_synthetic, bad_task_options_are_one_line_errors) {
         {"prepare --synthetic two-hop --entities 1 --out x.h5", "--entities"},
         {"prepare --synthetic two-hop --colour red --out x.h5", "unknown argument '--colour'"},
         {"prepare --synthetic two-hop", "--out PATH is required"},
-        {"prepare --synthetic prefix-sum --answers last --out x.h5", "--answers 'last' must be every or final"},
+        {"prepare --synthetic prefix-sum --answers last --out x.h5", "--answers 'last' must be every, final or labels"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *err = NULL;

@@ -69,7 +69,8 @@ Test(synthetic, prefix_sum_records_follow_the_definition) {
 /* Final answers only: ">" x0 .. x(m-1) "=" a "." ..., m in 1..n, a the sum of all m digits, one mark. */
 Test(synthetic, prefix_sum_final_answer_records) {
     enum { N = 10, R = N + 3, RECORDS = 400 };
-    data_prefix_sum_options o = {.length = N, .modulus = 2, .n_train = RECORDS, .n_val = 5, .seed = 8, .final_only = 1};
+    data_prefix_sum_options o = {
+        .length = N, .modulus = 2, .n_train = RECORDS, .n_val = 5, .seed = 8, .answers = DATA_ANSWERS_FINAL};
     data_records r;
     cr_assert_eq(data_synthetic_prefix_sum(&o, &r), DT_OK, "%s", dt_error_message());
     cr_assert_eq(r.record_len, R);
@@ -157,16 +158,123 @@ Test(synthetic, two_hop_graphs_are_disjoint_and_queries_compose_the_facts) {
     data_records_free(&r);
 }
 
+/* Labelled: records are the n digits alone; target i = the running sum of digits 0..i mod k, every target marked. */
+Test(synthetic, prefix_sum_labelled_records_carry_the_sum_as_targets) {
+    enum { N = 9, K = 3, RECORDS = 60 };
+    data_prefix_sum_options o = {
+        .length = N, .modulus = K, .n_train = RECORDS, .n_val = 4, .seed = 6, .answers = DATA_ANSWERS_LABELS};
+    data_records r;
+    cr_assert_eq(data_synthetic_prefix_sum(&o, &r), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(r.record_len, N);
+    cr_assert(r.train_target && r.val_target);
+    int sums_seen[K] = {0};
+    for (int64_t k = 0; k < RECORDS; k++) {
+        int64_t sum = 0;
+        for (int64_t i = 0; i < N; i++) {
+            const int32_t digit = r.train[k * N + i] - '0';
+            cr_assert(digit >= 0 && digit < K, "token %d is not a digit", r.train[k * N + i]);
+            sum = (sum + digit) % K;
+            sums_seen[sum]++;
+            cr_assert_eq(r.train_target[k * N + i], 'a' + sum, "record %lld target %lld", (long long)k, (long long)i);
+            cr_assert_eq(r.train_answer[k * N + i], 1);
+        }
+    }
+    for (int s = 0; s < K; s++)
+        cr_expect_gt(sums_seen[s], 0, "sum %d never reached", s);
+    data_records_free(&r);
+    o.length = 1;
+    cr_expect_eq(data_synthetic_prefix_sum(&o, &r), DT_ERR, "a labelled record needs two positions");
+}
+
 /* A prefix-sum record file on disk, opened. */
-static void write_prefix_sum_file(const char *path, int64_t length, int64_t n_train, int64_t n_val, data_records *r) {
-    data_prefix_sum_options o = {.length = length, .modulus = 2, .n_train = n_train, .n_val = n_val, .seed = 3};
+static void write_prefix_sum_file_as(const char *path, int64_t length, int64_t n_train, int64_t n_val,
+                                     data_answers_format answers, data_records *r) {
+    data_prefix_sum_options o = {
+        .length = length, .modulus = 2, .n_train = n_train, .n_val = n_val, .seed = 3, .answers = answers};
     cr_assert_eq(data_synthetic_prefix_sum(&o, r), DT_OK);
     data_tokenizer tok;
     cr_assert_eq(data_tokenizer_byte(&tok), DT_OK);
-    cr_assert_eq(data_tokens_write_records(path, &tok, r->train, r->n_train, r->val, r->n_val, r->source, r->record_len,
-                                           r->train_answer, r->val_answer),
+    const data_record_layout layout = {
+        r->record_len, {r->train_answer, r->val_answer}, {r->train_target, r->val_target}};
+    cr_assert_eq(data_tokens_write_records(path, &tok, r->train, r->n_train, r->val, r->n_val, r->source, &layout),
                  DT_OK, "%s", dt_error_message());
     data_tokenizer_free(&tok);
+}
+
+static void write_prefix_sum_file(const char *path, int64_t length, int64_t n_train, int64_t n_val, data_records *r) {
+    write_prefix_sum_file_as(path, length, n_train, n_val, DATA_ANSWERS_EVERY, r);
+}
+
+/* A labelled file: windows of T <= R tokens, targets read from /<split>_target, not the next token. */
+Test(synthetic, labelled_record_files_give_the_stored_targets) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/labelled.h5", dir);
+    data_records r;
+    enum { R = 12, N_TRAIN = 30, N_VAL = 3 };
+    write_prefix_sum_file_as(path, R, N_TRAIN, N_VAL, DATA_ANSWERS_LABELS, &r);
+    data_tokens data;
+    cr_assert_eq(data_tokens_open(&data, path), DT_OK, "%s", dt_error_message());
+    cr_expect(data.has_target[SPLIT_TRAIN] && data.has_target[SPLIT_VAL]);
+    cr_expect_eq(data_tokens_target_shift(&data, SPLIT_VAL), 0);
+    int32_t inputs[R], targets[R];
+    cr_expect_eq(data_split_windows(&data, SPLIT_VAL, R), N_VAL, "T = R fits a labelled record");
+    cr_expect_eq(data_split_windows(&data, SPLIT_VAL, R + 1), 0);
+    for (int64_t w = 0; w < N_VAL; w++) {
+        cr_assert_eq(data_split_window(&data, SPLIT_VAL, w, R, inputs, targets), DT_OK, "%s", dt_error_message());
+        cr_expect(!memcmp(inputs, r.val + w * R, sizeof inputs));
+        cr_expect(!memcmp(targets, r.val_target + w * R, sizeof targets), "window %lld", (long long)w);
+    }
+    data_loader loader;
+    cr_assert_eq(data_loader_init(&loader, &data, 3, R, 2), DT_OK, "%s", dt_error_message());
+    int32_t batch_in[3 * R], batch_target[3 * R];
+    for (int step = 0; step < 10; step++) {
+        cr_assert_eq(data_loader_next(&loader, batch_in, batch_target), DT_OK, "%s", dt_error_message());
+        for (int b = 0; b < 3; b++) {
+            int found = -1;
+            for (int k = 0; k < N_TRAIN && found < 0; k++)
+                if (!memcmp(batch_in + b * R, r.train + k * R, sizeof(int32_t) * R)) found = k;
+            cr_assert_geq(found, 0, "row %d of step %d is not a record", b, step);
+            cr_expect(!memcmp(batch_target + b * R, r.train_target + found * R, sizeof(int32_t) * R),
+                      "row %d's targets are not its record's", b);
+        }
+    }
+    data_loader_free(&loader);
+    cr_expect_eq(data_loader_init(&loader, &data, 3, R + 1, 2), DT_ERR);
+    data_tokens_close(&data);
+    data_records_free(&r);
+
+    /* A target outside the vocabulary, or a target dataset of the wrong length, is refused at open. */
+    write_prefix_sum_file_as(path, R, N_TRAIN, N_VAL, DATA_ANSWERS_LABELS, &r);
+    hid_t file;
+    cr_assert_eq(h5_open(path, 1, &file), DT_OK);
+    H5Ldelete(file, "/val_target", H5P_DEFAULT);
+    uint16_t bad[N_VAL * R];
+    for (int i = 0; i < N_VAL * R; i++)
+        bad[i] = 'a';
+    bad[7] = 300;
+    hsize_t dims[1] = {N_VAL * R};
+    hid_t space = H5Screate_simple(1, dims, NULL);
+    hid_t dataset = H5Dcreate2(file, "/val_target", H5T_STD_U16LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    cr_assert(dataset >= 0);
+    cr_assert(H5Dwrite(dataset, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, bad) >= 0);
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Fclose(file);
+    cr_expect_eq(data_tokens_open(&data, path), DT_ERR);
+    cr_expect(strstr(dt_error_message(), "/val_target[7]") != NULL && strstr(dt_error_message(), path) != NULL, "%s",
+              dt_error_message());
+    cr_assert_eq(h5_open(path, 1, &file), DT_OK);
+    H5Ldelete(file, "/val_target", H5P_DEFAULT);
+    dims[0] = N_VAL * R - 1;
+    space = H5Screate_simple(1, dims, NULL);
+    dataset = H5Dcreate2(file, "/val_target", H5T_STD_U16LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    cr_assert(H5Dwrite(dataset, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, bad) >= 0);
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Fclose(file);
+    cr_expect_eq(data_tokens_open(&data, path), DT_ERR);
+    cr_expect(strstr(dt_error_message(), "/val_target") != NULL, "%s", dt_error_message());
+    data_records_free(&r);
 }
 
 Test(synthetic, record_files_round_trip_and_windows_start_records) {

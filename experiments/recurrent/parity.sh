@@ -6,11 +6,14 @@
 #   every  ">" x0 a0 x1 a1 ... x31 a31, a_i = parity of x0..xi: each answer
 #          sees the previous one, so a_i = a_(i-1) xor x_i is a local step;
 #   final  ">" x0 .. x(m-1) "=" a ".", m uniform in 1..32: one answer, the
-#          parity of all m digits, which has to be carried along.
+#          parity of all m digits, which has to be carried along;
+#   labels x0 .. x31 with a_i the stored target of position i (a labelled
+#          record file): every position supervised, no answer ever an
+#          input; the paper's setting.
 # Each run is trained once: a run folder with eval.json is skipped; its
 # per-step training log is kept gzipped (log.jsonl.gz).
 #
-# Usage: experiments/recurrent/parity.sh [--answers every|final] [--seeds "1 2 3"] [--tokens N] [--threads K]
+# Usage: experiments/recurrent/parity.sh [--answers every|final|labels] [--seeds "1 2 3"] [--tokens N] [--threads K]
 # Writes experiments/recurrent/parity-<answers>/<arm>/seed<S>/ and its table.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,7 +25,7 @@ while [ $# -gt 0 ]; do
     --answers) ANSWERS=$2; shift 2 ;;
     --tokens) TOKENS=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "parity.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -31,7 +34,8 @@ cd "$ROOT"
 case $ANSWERS in
 every) DATA=data_out/parity32.h5 WINDOW=64 ;; # R = 65
 final) DATA=data_out/parity32_final.h5 WINDOW=34 ;; # R = 35
-*) echo "parity.sh: --answers must be every or final" >&2; exit 2 ;;
+labels) DATA=data_out/parity32_labels.h5 WINDOW=32 ;; # R = 32, a target per position
+*) echo "parity.sh: --answers must be every, final or labels" >&2; exit 2 ;;
 esac
 if [ ! -f "$DATA" ]; then
     mkdir -p data_out
@@ -81,8 +85,8 @@ lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 loss = next(l["loss"] for l in lines if "loss" in l)
 acc = next(l for l in lines if "per_position" in l)
 pp = {int(t): a for t, a, n in acc["per_position"]}
-at = (lambda i: 2 * i + 1) if sys.argv[4] == "every" else (lambda m: m + 1)
-first, last = (range(8), range(24, 32)) if sys.argv[4] == "every" else (range(1, 9), range(25, 33))
+at = {"every": lambda i: 2 * i + 1, "final": lambda m: m + 1, "labels": lambda i: i}[sys.argv[4]]
+first, last = (range(1, 9), range(25, 33)) if sys.argv[4] == "final" else (range(8), range(24, 32))
 early = sum(pp[at(i)] for i in first) / 8
 late = sum(pp[at(i)] for i in last) / 8
 print(f"| {sys.argv[2]} | {sys.argv[3]} | {loss:.4f} | {acc['accuracy']:.4f} | {early:.4f} | {late:.4f} |")
@@ -101,7 +105,7 @@ PY
 import json, sys
 acc = next(json.loads(l) for l in open(sys.argv[1]) if "per_position" in l)
 for t, a, n in acc["per_position"]:
-    answer = (t - 1) // 2 if sys.argv[4] == "every" else t - 1
+    answer = {"every": (t - 1) // 2, "final": t - 1, "labels": t}[sys.argv[4]]
     print(f"{sys.argv[2]}\t{sys.argv[3]}\t{answer}\t{a:.4f}")' "$f" "$arm" "$seed" "$ANSWERS"
         done
     done
