@@ -56,6 +56,8 @@ static void print_help(void) {
            "  --synthetic two-hop [--entities N (200)] [--relations R (4)]: graphs A and B of N entities\n"
            "      each; train: every atomic fact \"BOS e r e' EOS\" and graph A's two-hop queries\n"
            "      \"BOS e r1 r2 e''\"; val: graph B's two-hop queries (R = 5; ids only)\n"
+           "      --answers labels: a labelled file whose query targets its bridge r1(e) at r1 (as the\n"
+           "      atomic fact with that prefix does), every other target the next token\n"
            "  [--seed S (1)] --out DATA.h5\n"
            "\n"
            "Split: the raw corpus is cut into P = min(20, max(1, bytes / 64 KiB)) equal parts (at line\n"

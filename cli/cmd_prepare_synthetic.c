@@ -63,7 +63,9 @@ int cmd_prepare_synthetic(int argc, char **argv) {
         if (option_int(argc, argv, "--entities", 2, 1 << 16, &entities) ||
             option_int(argc, argv, "--relations", 1, 256, &relations))
             return 1;
-        data_two_hop_options options = {entities, relations, (uint64_t)seed};
+        if (strcmp(answers, "every") && strcmp(answers, "labels"))
+            return fail("--answers '%s' must be every or labels for two-hop", answers);
+        data_two_hop_options options = {entities, relations, (uint64_t)seed, !strcmp(answers, "labels")};
         status = data_synthetic_two_hop(&options, &records);
     } else {
         return fail("--synthetic '%s' is not a task (expected prefix-sum or two-hop)", task);

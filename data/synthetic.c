@@ -125,10 +125,18 @@ dt_status data_synthetic_prefix_sum(const data_prefix_sum_options *o, data_recor
 
 enum { TWO_HOP_R = 5 }; /* BOS e r e' EOS | BOS e r1 r2 e'' */
 
-static void put_record(int32_t *tokens, int32_t *answer, const int32_t record[TWO_HOP_R], int answer_at) {
+/* One record; the answer is token answer_at. With target (labelled): the
+ * targets are the next tokens (EOS after the last), the mark moves to the
+ * answer's target (answer_at - 1), and bridge >= 0 is the r1 position's target. */
+static void put_record(int32_t *tokens, int32_t *answer, int32_t *target, const int32_t record[TWO_HOP_R],
+                       int answer_at, int32_t bridge) {
     memcpy(tokens, record, TWO_HOP_R * sizeof *tokens);
     for (int i = 0; i < TWO_HOP_R; i++)
-        answer[i] = i == answer_at;
+        answer[i] = i == (target ? answer_at - 1 : answer_at);
+    if (!target) return;
+    for (int i = 0; i < TWO_HOP_R; i++)
+        target[i] = i + 1 < TWO_HOP_R ? record[i + 1] : DATA_TWO_HOP_EOS;
+    if (bridge >= 0) target[2] = bridge;
 }
 
 dt_status data_synthetic_two_hop(const data_two_hop_options *o, data_records *out) {
@@ -158,8 +166,9 @@ dt_status data_synthetic_two_hop(const data_two_hop_options *o, data_records *ou
     out->byte_tokens = 0;
     out->n_train = n_train_records * TWO_HOP_R;
     out->n_val = n_val_records * TWO_HOP_R;
-    if (alloc_split(&out->train, &out->train_answer, NULL, out->n_train) != DT_OK ||
-        alloc_split(&out->val, &out->val_answer, NULL, out->n_val) != DT_OK) {
+    const int labelled = o->bridge_labels != 0;
+    if (alloc_split(&out->train, &out->train_answer, labelled ? &out->train_target : NULL, out->n_train) != DT_OK ||
+        alloc_split(&out->val, &out->val_answer, labelled ? &out->val_target : NULL, out->n_val) != DT_OK) {
         free(edge);
         free(order);
         data_records_free(out);
@@ -175,7 +184,7 @@ dt_status data_synthetic_two_hop(const data_two_hop_options *o, data_records *ou
     }
     for (int64_t k = 0; k < n_train_records; k++) {
         int64_t id = order[k];
-        int32_t record[TWO_HOP_R];
+        int32_t record[TWO_HOP_R], bridge_token = -1;
         int answer_at;
         if (id < 2 * N * Rel) { /* atomic: graph g, entity e, relation r */
             int64_t g = id / (N * Rel), e = id / Rel % N, r = id % Rel;
@@ -193,8 +202,10 @@ dt_status data_synthetic_two_hop(const data_two_hop_options *o, data_records *ou
                                         (int32_t)(DATA_TWO_HOP_FIRST_RELATION + r2), (int32_t)(first_entity + tail)};
             memcpy(record, query, sizeof record);
             answer_at = 4;
+            bridge_token = (int32_t)(first_entity + bridge);
         }
-        put_record(out->train + k * TWO_HOP_R, out->train_answer + k * TWO_HOP_R, record, answer_at);
+        put_record(out->train + k * TWO_HOP_R, out->train_answer + k * TWO_HOP_R,
+                   labelled ? out->train_target + k * TWO_HOP_R : NULL, record, answer_at, bridge_token);
     }
     /* Validation: every two-hop query of graph B, in order. */
     for (int64_t q = 0; q < n_val_records; q++) {
@@ -203,11 +214,13 @@ dt_status data_synthetic_two_hop(const data_two_hop_options *o, data_records *ou
         int32_t query[TWO_HOP_R] = {DATA_TWO_HOP_BOS, (int32_t)(first_entity + N + e),
                                     (int32_t)(DATA_TWO_HOP_FIRST_RELATION + r1),
                                     (int32_t)(DATA_TWO_HOP_FIRST_RELATION + r2), (int32_t)(first_entity + N + tail)};
-        put_record(out->val + q * TWO_HOP_R, out->val_answer + q * TWO_HOP_R, query, 4);
+        put_record(out->val + q * TWO_HOP_R, out->val_answer + q * TWO_HOP_R,
+                   labelled ? out->val_target + q * TWO_HOP_R : NULL, query, 4, (int32_t)(first_entity + N + bridge));
     }
     snprintf(out->source, sizeof out->source,
-             "synthetic two-hop: 2 graphs x %lld entities, %lld relations, seed %llu (val: graph B two-hop)",
-             (long long)N, (long long)Rel, (unsigned long long)o->seed);
+             "synthetic two-hop: 2 graphs x %lld entities, %lld relations, seed %llu (val: graph B two-hop)%s",
+             (long long)N, (long long)Rel, (unsigned long long)o->seed,
+             labelled ? ", labelled: a query's r1 position targets its bridge" : "");
     free(edge);
     free(order);
     return DT_OK;

@@ -50,6 +50,11 @@ typedef struct data_two_hop_options {
     int64_t entities;  /* per graph, >= 2 */
     int64_t relations; /* >= 1 */
     uint64_t seed;
+    /* 1: a labelled file (--answers labels): every position's target is the
+     * next token, except the r1 position of a two-hop query, whose target is
+     * its bridge r1(e), as the atomic fact with the same prefix "BOS e r1"
+     * asks (without it that prefix has two targets, b and the query's r2) */
+    int bridge_labels;
 } data_two_hop_options;
 
 /* The two-hop vocabulary: BOS, EOS, then the relations, then graph A's and

@@ -365,3 +365,45 @@ Test(synthetic, malformed_record_files_are_refused) {
     data_tokens_close(&data);
     data_records_free(&r);
 }
+
+/* Two-hop, labelled (--answers labels): the same records as the plain file;
+ * every target is the next token (EOS after the last) except a query's r1
+ * position, whose target is the bridge (the atomic fact's tail for the same
+ * "BOS e r1"), and the marks sit on the answers' targets (atomic: 2, query: 3). */
+Test(synthetic, two_hop_labelled_targets_the_bridge_at_r1) {
+    const int64_t N = 12, Rel = 3;
+    data_two_hop_options o = {.entities = N, .relations = Rel, .seed = 4}, l = o;
+    l.bridge_labels = 1;
+    data_records plain, r;
+    cr_assert_eq(data_synthetic_two_hop(&o, &plain), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(data_synthetic_two_hop(&l, &r), DT_OK, "%s", dt_error_message());
+    cr_expect_null(plain.train_target);
+    cr_assert(r.train_target && r.val_target);
+    cr_assert_eq(r.n_train, plain.n_train);
+    cr_expect_arr_eq(r.train, plain.train, (size_t)r.n_train * sizeof *r.train, "the same records");
+    const int64_t first = DATA_TWO_HOP_FIRST_RELATION + Rel, R = 5;
+    int64_t *tail = malloc((size_t)(2 * N * Rel) * sizeof *tail);
+    for (int64_t k = 0; k < r.n_train / R; k++) {
+        const int32_t *rec = r.train + k * R;
+        if (rec[4] == DATA_TWO_HOP_EOS) tail[(rec[1] - first) * Rel + rec[2] - DATA_TWO_HOP_FIRST_RELATION] = rec[3];
+    }
+    for (int split = 0; split < 2; split++) {
+        const int32_t *tokens = split ? r.val : r.train, *target = split ? r.val_target : r.train_target,
+                      *marks = split ? r.val_answer : r.train_answer;
+        for (int64_t k = 0; k < (split ? r.n_val : r.n_train) / R; k++) {
+            const int32_t *rec = tokens + k * R, *t = target + k * R, *m = marks + k * R;
+            const int atomic = rec[4] == DATA_TWO_HOP_EOS;
+            for (int i = 0; i < 4; i++)
+                if (atomic || i != 2) cr_expect_eq(t[i], rec[i + 1], "record %lld target %d", (long long)k, i);
+            cr_expect_eq(t[4], DATA_TWO_HOP_EOS);
+            if (!atomic)
+                cr_expect_eq(t[2], tail[(rec[1] - first) * Rel + rec[2] - DATA_TWO_HOP_FIRST_RELATION],
+                             "the query's r1 target is its bridge");
+            for (int i = 0; i < R; i++)
+                cr_expect_eq(m[i], i == (atomic ? 2 : 3), "record %lld mark %d", (long long)k, i);
+        }
+    }
+    free(tail);
+    data_records_free(&plain);
+    data_records_free(&r);
+}

@@ -33,8 +33,9 @@ static void write_file(const char *file, const int32_t *train_tokens, int64_t n_
     data_tokenizer tok;
     cr_assert(data_tokenizer_external(&tok, V) == DT_OK);
     int32_t train_answer[64] = {0}, val_answer[64] = {0};
+    const data_record_layout layout = {record_len, {train_answer, val_answer}, {NULL, NULL}};
     cr_assert(data_tokens_write_records(file, &tok, train_tokens, n_train, val_tokens, n_val, "test two-hop",
-                                        record_len, train_answer, val_answer) == DT_OK,
+                                        &layout) == DT_OK,
               "%s", dt_error_message());
     data_tokenizer_free(&tok);
 }
