@@ -35,11 +35,12 @@ static void usage(FILE *out) {
                  "--bridge: a looped model (n_loop = K > 1) on a two-hop record file (dbranch prepare --synthetic\n"
                  "two-hop), every two-hop query \"BOS e r1 r2 e''\" of the split (bridge b = r1(e), read off the\n"
                  "file's atomic facts; no --windows, --seq-len):\n"
-                 "  bridge after k P E EO H HO LENS   the stack's output after application k, at P = r1 (input\n"
+                 "  bridge after k P E EO H HO LENS RMS  the stack's output after application k, at P = r1 (input\n"
                  "                     2) or r2 (input 3): mean cosine to tok_emb[b] (E), mean over the other\n"
                  "                     entities o of b's graph of the cosine to tok_emb[o] (EO), the same\n"
                  "                     against the LM head rows (H, HO), and the fraction of queries whose\n"
-                 "                     head on Norm_f(state) has its argmax at b (LENS)\n"
+                 "                     head on Norm_f(state) has its argmax at b (LENS), and the state's\n"
+                 "                     root mean square (RMS)\n"
                  "  bridge into k P ...  the same for the input of application k >= 2 (DiscoLoop's H~)\n"
                  "Lines starting with # are comments.\n\n"
                  "  --model MODEL.h5   a trained model or checkpoint\n"
@@ -88,7 +89,7 @@ static void print_bridge(const char *source, const char *data_path, data_split s
            "n_loop %lld, head %s\n",
            source, data_path, split == SPLIT_VAL ? "val" : "train", (long long)r->n_queries, (long long)r->entities,
            (long long)r->relations, (long long)r->n_loop, r->tied ? "tied (H = E)" : "untied");
-    printf("# bridge after|into k position cos_emb cos_emb_other cos_head cos_head_other lens\n");
+    printf("# bridge after|into k position cos_emb cos_emb_other cos_head cos_head_other lens rms\n");
     for (int64_t s = 0; s < 2 * r->n_loop - 1; s++)
         for (int p = 0; p < EVAL_BRIDGE_POSITIONS; p++) {
             printf("bridge %s %lld %s", s < r->n_loop ? "after" : "into",

@@ -240,6 +240,7 @@ dt_status eval_bridge_run(model *m, data_tokens *data, data_split split, eval_br
                         if (logits[t] > logits[best]) best = t;
                     }
                     v[EVAL_BRIDGE_LENS] += best == bridge;
+                    v[EVAL_BRIDGE_RMS] += x_norm / sqrt((double)C);
                 }
     }
     for (int64_t i = 0; i < S * EVAL_BRIDGE_POSITIONS * EVAL_BRIDGE_METRICS; i++)

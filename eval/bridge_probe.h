@@ -18,6 +18,7 @@
  *                                    (== tok_emb with a tied head)
  *   lens                             the fraction of queries whose head on
  *                                    Norm_f(H^(k)_t) puts its argmax on b
+ *   rms                              the state's root mean square (its scale)
  *
  * and for k < K the same on the next application's input H~^(k) (with
  * DiscoLoop H^(k) + a RMSNorm_d(Phi); without it H^(k) again). The states
@@ -40,6 +41,8 @@ enum {
     EVAL_BRIDGE_HEAD,          /* mean cos to W_out[b] */
     EVAL_BRIDGE_HEAD_OTHER,    /* mean cos to W_out[o] */
     EVAL_BRIDGE_LENS,          /* fraction with argmax of the head on Norm_f(state) == b */
+    EVAL_BRIDGE_RMS,           /* mean over the queries of the state's sqrt(mean x^2): the stream's scale, which
+                                  DiscoLoop's injection a RMSNorm_d(Phi) (RMS a |disco.norm|) is added to */
     EVAL_BRIDGE_METRICS
 };
 

@@ -5,7 +5,8 @@
  * to the bridge's (both graph B queries have bridge 6), so the cosine to
  * tok_emb[b] is 1 at r1 and r2 while the other-entity baseline is
  * cos(tok_emb[6], tok_emb[5]), computed here. The head rows are set so that
- * the head cosine is 1, its baseline -1 and the logit lens lands on b.
+ * the head cosine is 1, its baseline -1 and the logit lens lands on b; the
+ * state's RMS is that row's.
  * Bad input: a model without a loop, and files that are not two-hop record
  * files, are errors naming what is wrong. */
 #include <criterion/criterion.h>
@@ -95,6 +96,10 @@ Test(eval_bridge, a_state_equal_to_the_bridge_row_has_cosine_one_and_the_baselin
     cr_expect_eq(r.tied, 0);
     const double other = cosine(dt_f32(m.tok_emb) + 6 * C, dt_f32(m.tok_emb) + 5 * C);
     cr_assert(fabs(other - 1.0) > 0.1, "the seed's rows 5 and 6 are too alike for a test: %g", other);
+    double rms = 0.0; /* of the state, tok_emb[6] */
+    for (int c = 0; c < C; c++)
+        rms += (double)dt_f32(m.tok_emb)[6 * C + c] * dt_f32(m.tok_emb)[6 * C + c] / C;
+    rms = sqrt(rms);
     for (int s = 0; s < 3; s++) /* after 1, after 2, into 2 */
         for (int p = 0; p < EVAL_BRIDGE_POSITIONS; p++) {
             cr_expect_float_eq(eval_bridge_value(&r, s, p, EVAL_BRIDGE_EMB), 1.0, 1e-6, "state %d position %d", s, p);
@@ -102,6 +107,7 @@ Test(eval_bridge, a_state_equal_to_the_bridge_row_has_cosine_one_and_the_baselin
             cr_expect_float_eq(eval_bridge_value(&r, s, p, EVAL_BRIDGE_HEAD), 1.0, 1e-6, "state %d", s);
             cr_expect_float_eq(eval_bridge_value(&r, s, p, EVAL_BRIDGE_HEAD_OTHER), -1.0, 1e-6, "state %d", s);
             cr_expect_float_eq(eval_bridge_value(&r, s, p, EVAL_BRIDGE_LENS), 1.0, 1e-12, "state %d", s);
+            cr_expect_float_eq(eval_bridge_value(&r, s, p, EVAL_BRIDGE_RMS), rms, 1e-6, "state %d", s);
         }
     eval_bridge_result_free(&r);
     /* the train split's two-hop queries (graph A, bridges 4 and 3): rows 4 and 3 are not row 2 */
