@@ -8,7 +8,8 @@
 # is against the stream it is added to.
 #
 # Usage: experiments/disco/rescale.sh [--seed S] [--arms "loop disco disco-learned"]
-# Writes experiments/disco/rescale/<arm>_seed<S>_bridge_{val,train}.txt.
+# Writes experiments/disco/rescale/<arm>_seed<S>_bridge_{val,train}.txt (the
+# temporary checkpoint's path written as CKPT).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DBRANCH=${DBRANCH_BINARY:-$ROOT/build/dbranch}
@@ -39,7 +40,7 @@ for arm in $ARMS; do
     fi
     for split in val train; do
         OMP_NUM_THREADS=1 "$DBRANCH" analyze --bridge --model "$tmp/run/checkpoint.h5" --data "$data" --split $split \
-            --threads 1 >"$OUT/${arm}_seed${SEED}_bridge_$split.txt"
+            --threads 1 | sed "s|$tmp/run/checkpoint.h5|CKPT|" >"$OUT/${arm}_seed${SEED}_bridge_$split.txt"
     done
     rm -rf "$tmp"
 done
