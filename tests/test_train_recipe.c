@@ -94,6 +94,25 @@ Test(train_recipe, trainer_assigns_the_groups_by_parameter) {
     cr_assert(seen[2] >= 2 * 3 + 2 * 2 + 1, "coupling vectors (3 per layer), norms, the final norm: %d", seen[2]);
     cr_assert(seen[3] >= 2 * 4, "the attention and MLP matrices keep lr");
 
+    /* tok_emb_tables = 2 (no branch): tok_emb2 is an embedding, at embed_lr. */
+    model two;
+    model_config c2 = cfg.model;
+    c2.branch = BRANCH_NONE;
+    c2.tok_emb_tables = 2;
+    cr_assert_eq(model_create(&two, &c2), DT_OK, "%s", dt_error_message());
+    optim_param *views2 = calloc((size_t)two.n_params, sizeof *views2);
+    trainer_describe_params(&two, views2);
+    trainer_assign_lr_groups(&two, &cfg, views2);
+    int found = 0;
+    for (int i = 0; i < two.n_params; i++)
+        if (!strcmp(views2[i].name, "tok_emb2.weight")) {
+            found = 1;
+            cr_assert(fabs(views2[i].lr_scale - 60.0) < 1e-12, "tok_emb2: lr_scale %g", views2[i].lr_scale);
+        }
+    cr_assert(found, "no tok_emb2.weight");
+    free(views2);
+    model_free(&two);
+
     /* 0 means lr: every scale back to 1. */
     cfg.embed_lr = cfg.head_lr = cfg.vector_lr = 0.0;
     trainer_assign_lr_groups(&m, &cfg, views);
