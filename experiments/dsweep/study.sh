@@ -1,10 +1,11 @@
-# Study (7), the data sweep of issue 16: the Decode-Branch twin against its
+# Study (10), the data sweep of issue 16: the Decode-Branch twin against its
 # baseline and three controls in the paper's regime, D = 10, 20, 40, 80
 # training tokens per non-embedding parameter, llama with the paper's recipe
-# (experiments/configs/paper_recipe.ini: Muon + AdamW groups, WSD) on the
-# large BPE corpus. Sourced by experiments/run.sh (`experiments/run.sh dsweep
-# --seeds "1 2 3 4" --threads 1 [--d "10 20"] [--rows "base twin"]`); see
-# README.md beside this file.
+# (experiments/configs/study_dsweep.ini: paper_recipe.ini's Muon + AdamW
+# groups and WSD at V 4096) on the large BPE corpus. Sourced by
+# experiments/run.sh (`experiments/run.sh dsweep --seeds "1 2 3 4"
+# --threads 1 [--d "10 20"] [--rows "base twin"]`); see README.md beside
+# this file.
 #
 # One folder per D, OUT/dsweep/D<D>/, with the house table (table.md: per row
 # the seeds' mean ± sd), compare.txt (`dbranch compare` of every arm against
@@ -14,11 +15,12 @@
 # layers' count of `dbranch info` on the config ("x n_layer" row; embeddings,
 # head and final norm left out), or DSWEEP_PARAMS when set.
 #
-# Environment: DSWEEP_CONFIG (default paper_recipe.ini, under
-# experiments/configs/), DSWEEP_CORPUS (default large_bpe8192: `dbranch
-# prepare --preset large --tokenizer bpe --vocab 8192`, made on first use;
-# --quick: kjv, byte tokens), DSWEEP_PARAMS (--quick: 154, so D = 10 is 1540
-# tokens, about the house's quick budget).
+# Environment: DSWEEP_CONFIG (default study_dsweep.ini, under
+# experiments/configs/), DSWEEP_CORPUS (default large_bpe4096: `dbranch
+# prepare --preset large --tokenizer bpe --vocab 4096`, made on first use;
+# --quick: kjv, byte tokens; V 8192: DSWEEP_CONFIG=paper_recipe.ini
+# DSWEEP_CORPUS=large_bpe8192), DSWEEP_PARAMS (--quick: 154, so D = 10 is
+# 1540 tokens, about the house's quick budget).
 # shellcheck shell=bash
 
 # Arm name -> its `row` arguments after the config and corpus (the baseline
@@ -109,7 +111,7 @@ study_dsweep() {
         echo "run.sh dsweep: the budget is D x the non-embedding parameters (--d, DSWEEP_PARAMS), not --tokens" >&2
         exit 2
     fi
-    local config=${DSWEEP_CONFIG:-paper_recipe.ini} corpus=${DSWEEP_CORPUS:-large_bpe8192} params=${DSWEEP_PARAMS:-}
+    local config=${DSWEEP_CONFIG:-study_dsweep.ini} corpus=${DSWEEP_CORPUS:-large_bpe4096} params=${DSWEEP_PARAMS:-}
     if [ "$QUICK" = 1 ]; then
         corpus=${DSWEEP_CORPUS:-kjv}
         params=${DSWEEP_PARAMS:-154}
