@@ -51,6 +51,8 @@
 #               "twice the tokens" row gets 2N)
 #   --families / --corpora restrict the matched study
 #   --set K=V   passed to every `dbranch train` (e.g. train.eval_every=30)
+#   --d "D ..." dsweep only: the D values (tokens per non-embedding
+#               parameter) to train, default "10 20 40 80"
 #   --rows R    train only these rows of the study (the others still appear
 #               in its table from their finished runs): a row added to a
 #               finished study trains alone, whatever --threads the others had
