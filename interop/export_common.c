@@ -35,6 +35,9 @@ dt_status interop_check_exportable(const model_config *c, interop_format format)
                          (long long)c->n_loop, name);
     if (c->alibi)
         return dt_errorf("alibi = 1 cannot be exported to %s (its architectures position by RoPE or pos_emb)", name);
+    if (c->tok_emb_tables > 1)
+        return dt_errorf("tok_emb_tables = %lld cannot be exported to %s (its architectures have one token embedding)",
+                         (long long)c->tok_emb_tables, name);
     if (c->branch == BRANCH_DECODE && !c->share)
         return dt_errorf("share = off cannot be exported to %s (the branch's own matrices are a second model, "
                          "not side tensors)",

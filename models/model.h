@@ -48,7 +48,7 @@ typedef struct model_param {
     dt_tensor *tensor;       /* view into params_memory / grads_memory, requires_grad */
     model_param_group group; /* primary path or branch-only */
     int is_matrix;           /* 2-D (or expert 3-D) weight: weight decay / Muon apply */
-    int is_embedding;        /* tok_emb, pos_emb, branch.tok_emb, lm_head */
+    int is_embedding;        /* tok_emb, tok_emb2, pos_emb, branch.tok_emb, lm_head */
     model_init_kind init;    /* how model_init_weights draws it */
 } model_param;
 
@@ -58,6 +58,7 @@ typedef struct model {
     model_param *params; /* in SPEC §3 order */
     int n_params;
     dt_tensor *tok_emb;                      /* [V,C] */
+    dt_tensor *tok_emb2;                     /* [V,C] tok_emb_tables = 2: added to tok_emb at the input; else NULL */
     dt_tensor *pos_emb;                      /* [T_max,C] nanogpt */
     dt_tensor *final_norm, *final_norm_bias; /* [C] */
     dt_tensor *lm_head;                      /* [V,C]; == tok_emb when tied */

@@ -209,6 +209,13 @@ static dt_tensor *embed_forward(ag_ctx *ctx, const model *m, dt_tensor *table, d
     return ag_embedding(ctx, table, tokens);
 }
 
+/* The primary path's input: tok_emb[x] (+ pos_emb[t]) (+ tok_emb2[x] with
+ * tok_emb_tables = 2, added last, as the decode step adds it). [B,T] -> [B,T,C]. */
+static dt_tensor *primary_embed_forward(ag_ctx *ctx, const model *m, dt_tensor *tokens, dt_tensor *positions) {
+    dt_tensor *e = embed_forward(ctx, m, m->tok_emb, tokens, positions);
+    return m->tok_emb2 ? ag_add(ctx, e, ag_embedding(ctx, m->tok_emb2, tokens)) : e; /* ag_add passes a NULL on */
+}
+
 /* Tokens or targets: int32 [B,T] with every id in [0, V). */
 static dt_status check_ids(const model *m, const dt_tensor *ids, const char *what) {
     if (ids->dtype != DT_I32 || ids->ndim != 2) {
@@ -373,11 +380,11 @@ dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_te
         if (!balance.fractions || !balance.mean_probs) return DT_ERR;
     }
     if (c->feedback) /* no branch with feedback (SPEC §6) */
-        return feedback_forward(ctx, m, embed_forward(ctx, m, m->tok_emb, tokens, positions), targets, run, K, states,
+        return feedback_forward(ctx, m, primary_embed_forward(ctx, m, tokens, positions), targets, run, K, states,
                                 &balance, out);
     /* SPEC §6.6: the stack applied n_loop times with the same weights (each
      * application its own K/V), DiscoLoop between applications. */
-    dt_tensor *h = embed_forward(ctx, m, m->tok_emb, tokens, positions);
+    dt_tensor *h = primary_embed_forward(ctx, m, tokens, positions);
     for (int64_t k = 0; k < n_loop; k++) {
         h = stack_forward(ctx, m, ROLE_PRIMARY, h, states, &balance);
         if (k + 1 < n_loop && m->arch.disco) h = model_disco_forward(ctx, m, h, head_forward(ctx, m, h, NULL));

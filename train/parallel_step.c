@@ -89,6 +89,7 @@ static dt_status replica_init(model *replica, const model *m) {
         t->grad = replica->grads_memory + (m->params[i].tensor->grad - m->grads_memory);
     }
     replica->tok_emb = remap(m, replica, m->tok_emb);
+    replica->tok_emb2 = remap(m, replica, m->tok_emb2);
     replica->pos_emb = remap(m, replica, m->pos_emb);
     replica->final_norm = remap(m, replica, m->final_norm);
     replica->final_norm_bias = remap(m, replica, m->final_norm_bias);
