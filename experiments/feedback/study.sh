@@ -5,7 +5,7 @@
 # N = 0, 1, 2, 5, 10, 30 fused passes after the plain one (`dbranch eval
 # --feedback-passes`). KJV bytes, 4 layers, d 64. Sourced by
 # experiments/run.sh (`KEEP_CHECKPOINT=1 experiments/run.sh feedback --seeds
-# "1 2 3" --tokens 3000000 --threads 1`: the kept checkpoints feed the
+# "1 2 3" --tokens 1000000 --threads 1`: the kept checkpoints feed the
 # evaluation; see README.md beside this file).
 # shellcheck shell=bash
 
@@ -25,7 +25,7 @@ study_feedback() {
 # The N values every model is evaluated at, and the validation windows (the
 # first FEEDBACK_WINDOWS windows of T = 128 of the val split).
 FEEDBACK_LIST=0,1,2,5,10,30
-FEEDBACK_WINDOWS=512
+FEEDBACK_WINDOWS=256
 
 # `dbranch eval --feedback-passes` on every finished seed's kept checkpoint:
 # OUT/STUDY/ROW/seed<S>/feedback.json (kept once written; delete it to redo).
@@ -52,7 +52,7 @@ feedback_eval_rows() {
     done
 }
 
-# "row seed N loss bits_per_byte state_change" lines of every seed's feedback.json.
+# "row seed N loss bits_per_byte state_change seq_len" lines of every seed's feedback.json.
 feedback_points() { # study row...
     local study=$1 row f
     shift
@@ -61,8 +61,10 @@ feedback_points() { # study row...
             [ -s "$f" ] || continue
             local seed=${f%/feedback.json}
             seed=${seed##*/seed}
+            local T
+            T=$(sed -n 's/.*"seq_len": \([0-9]*\).*/\1/p' "$f")
             grep -o '{"fused": [^}]*}' "$f" | sed 's/[{}",:]/ /g' |
-                awk -v row="$row" -v seed="$seed" '{ print row, seed, $2, $4, $6, $8 }'
+                awk -v row="$row" -v seed="$seed" -v T="$T" '{ print row, seed, $2, $4, $6, $8, T }'
         done
     done
 }
@@ -81,13 +83,13 @@ feedback_passes_md() { # study row...
             { n[$3]++; s[$3] += $4; q[$3] += $4 * $4; if ($6 != "null") { c[$3] += $6; cq[$3] += $6 * $6 } }
             END { for (k in n) { m = s[k] / n[k]; v = n[k] > 1 ? (q[k] - n[k] * m * m) / (n[k] - 1) : 0
                   cm = c[k] / n[k]; cv = n[k] > 1 ? (cq[k] - n[k] * cm * cm) / (n[k] - 1) : 0
-                  printf "%d %.6f %.6f %s %s\n", k, m, sqrt(v > 0 ? v : 0), k > 0 ? sprintf("%.6g", cm) : "nan",
-                      k > 0 ? sprintf("%.6g", sqrt(cv > 0 ? cv : 0)) : "nan" } }' | sort -n >"$OUT/$study/$row/passes.dat"
+                  printf "%d %.6f %.6f %s %s\n", k, m, sqrt(v > 0 ? v : 0), (k > 0 ? sprintf("%.6g", cm) : "nan"),
+                      (k > 0 ? sprintf("%.6g", sqrt(cv > 0 ? cv : 0)) : "nan") } }' | sort -n >"$OUT/$study/$row/passes.dat"
     done
     printf '%s\n' "$points" | awk -v rows="$*" '
         function stats(sum, sq, n,   m, v) { m = sum / n; v = n > 1 ? (sq - n * m * m) / (n - 1) : 0
             return sprintf("%.4f ± %.4f", m, sqrt(v > 0 ? v : 0)) }
-        { key = $1 SUBSEP $3; loss[$1, $2, $3] = $4; change[$1, $2, $3] = $6; seeds[$2] = 1; Ns[$3] = 1 }
+        { loss[$1, $2, $3] = $4; change[$1, $2, $3] = $6; seeds[$2] = 1; Ns[$3] = 1; T = $7 }
         END {
             nr = split(rows, R, " "); nn = 0; for (k in Ns) L[++nn] = k + 0
             for (i = 1; i <= nn; i++) for (j = i + 1; j <= nn; j++) if (L[j] < L[i]) { t = L[i]; L[i] = L[j]; L[j] = t }
@@ -100,13 +102,15 @@ feedback_passes_md() { # study row...
                 n = 0; sum = 0; sq = 0; printf "| %s | %d |", R[r], L[j]
                 for (i = 1; i <= ns; i++) { if ((R[r], S[i], L[j]) in loss) { x = loss[R[r], S[i], L[j]]; printf " %.4f |", x; n++; sum += x; sq += x * x } else printf " – |" }
                 print n ? " " stats(sum, sq, n) " |" : " – |" }
-            print "\n### State change ||h^(N+1) - h^(N)|| / ||h^(N)||, mean over positions (per seed, mean ± sd)\n"
-            printf "| row | N |"; for (i = 1; i <= ns; i++) printf " seed %d |", S[i]; print " mean ± sd |"
-            printf "|---|---|"; for (i = 1; i <= ns; i++) printf "---|"; print "---|"
+            print "\n### State change ||h^(N+1) - h^(N)|| / ||h^(N)||, mean over all T = " T " positions (per seed, mean ± sd)\n"
+            print "Positions t < N are fixed by then (exact zeros); the last column is the mean over the positions"
+            print "t >= N that can still move: the mean × T / (T − N).\n"
+            printf "| row | N |"; for (i = 1; i <= ns; i++) printf " seed %d |", S[i]; print " mean ± sd | mean over t >= N |"
+            printf "|---|---|"; for (i = 1; i <= ns; i++) printf "---|"; print "---|---|"
             for (r = 1; r <= nr; r++) for (j = 1; j <= nn; j++) { if (L[j] == 0) continue
                 n = 0; sum = 0; sq = 0; printf "| %s | %d |", R[r], L[j]
                 for (i = 1; i <= ns; i++) { if ((R[r], S[i], L[j]) in change) { x = change[R[r], S[i], L[j]]; printf " %.4g |", x; n++; sum += x; sq += x * x } else printf " – |" }
-                print n ? " " stats(sum, sq, n) " |" : " – |" }
+                print n ? " " stats(sum, sq, n) " | " sprintf("%.4g", sum / n * T / (T - L[j])) " |" : " – | – |" }
             print "\n### Paired differences of the loss by seed (nats/token; negative: the first row is lower)\n"
             printf "| pair | N |"; for (i = 1; i <= ns; i++) printf " seed %d |", S[i]; print " mean ± sd | seeds lower |"
             printf "|---|---|"; for (i = 1; i <= ns; i++) printf "---|"; print "---|---|"
@@ -176,5 +180,10 @@ feedback_by_passes() {
     done
     [ -n "$files" ] || return 0
     gnuplot -e "files='${files# }'; titles='${titles# }'; out='$OUT/$CURRENT/passes.png'; plot_title='latent feedback, KJV bytes, llama 4L d 64: by fused passes (mean ± sd over seeds)'" \
+        "$ROOT/experiments/plot/loss_vs_passes.gp"
+    # the trained arms alone (the baseline's untrained fusion sets the scale above)
+    files=${files/"$OUT/$CURRENT/baseline/passes.dat"/}
+    titles=${titles/baseline/}
+    gnuplot -e "files='$(echo $files)'; titles='$(echo $titles)'; out='$OUT/$CURRENT/passes_trained.png'; plot_title='latent feedback: the trained arms by fused passes (mean ± sd over seeds)'" \
         "$ROOT/experiments/plot/loss_vs_passes.gp"
 }

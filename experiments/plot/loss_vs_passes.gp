@@ -12,6 +12,7 @@ set output out
 set multiplot layout 1,2 title plot_title
 # N + 1 on a log axis, labelled N: 0, 1, 2, 5, 10, 30 spread out
 set logscale x
+set xrange [0.8:40]
 set xtics ("0" 1, "1" 2, "2" 3, "5" 6, "10" 11, "30" 31, "100" 101)
 set xlabel "fused passes N (K = N + 1 passes)"
 set grid
