@@ -110,7 +110,7 @@ feedback_passes_md() { # study row...
             for (r = 1; r <= nr; r++) for (j = 1; j <= nn; j++) { if (L[j] == 0) continue
                 n = 0; sum = 0; sq = 0; printf "| %s | %d |", R[r], L[j]
                 for (i = 1; i <= ns; i++) { if ((R[r], S[i], L[j]) in change) { x = change[R[r], S[i], L[j]]; printf " %.4g |", x; n++; sum += x; sq += x * x } else printf " – |" }
-                print n ? " " stats(sum, sq, n) " | " sprintf("%.4g", sum / n * T / (T - L[j])) " |" : " – | – |" }
+                print n ? " " stats(sum, sq, n) " | " (T > L[j] ? sprintf("%.4g", sum / n * T / (T - L[j])) : "–") " |" : " – | – |" }
             print "\n### Paired differences of the loss by seed (nats/token; negative: the first row is lower)\n"
             printf "| pair | N |"; for (i = 1; i <= ns; i++) printf " seed %d |", S[i]; print " mean ± sd | seeds lower |"
             printf "|---|---|"; for (i = 1; i <= ns; i++) printf "---|"; print "---|---|"
@@ -161,7 +161,7 @@ feedback_by_passes() {
     feedback_eval_rows "$CURRENT" "${rows[@]}"
     {
         echo
-        echo "## By fused passes (\`dbranch eval --feedback-passes $FEEDBACK_LIST\`, first $FEEDBACK_WINDOWS val windows)"
+        echo "## By fused passes (\`dbranch eval --feedback-passes $FEEDBACK_LIST\`, first $([ "$QUICK" = 1 ] && echo 4 || echo "$FEEDBACK_WINDOWS") val windows)"
         echo
         feedback_passes_md "$CURRENT" "${rows[@]}"
         echo
