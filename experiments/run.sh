@@ -30,6 +30,10 @@
 #   recurrent  the Recurrent Transformer (SPEC §6.4) as a language model:
 #              standard vs recurrent llama at 4 and 2 layers, d 128,
 #              char-level kjv1m (the parity test: recurrent/parity.sh)
+#   feedback   latent feedback (SPEC §6.5): the pass mix 1:0.75,2:0.22,3:0.03
+#              against a 1:0.75,2:0.25 control and a one-pass baseline,
+#              llama 4 layers d 64 on kjv bytes, each evaluated at 0..30
+#              fused passes (dbranch eval --feedback-passes)
 #   noise      the noise pilot of issue 16 (experiments/noise/): baseline and
 #              twin pairs at one token budget, each variant changing batch
 #              size, schedule, clipping or width (NOISE_VARIANTS: a subset)
@@ -80,9 +84,9 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0";
 STUDY=$1
 shift
 case "$STUDY" in
-matched | control | ablations | moe | triplu | prism | attnres | recurrent | noise | dsweep | all) ;;
+matched | control | ablations | moe | triplu | prism | attnres | recurrent | feedback | noise | dsweep | all) ;;
 -h | --help) usage; exit 0 ;;
-*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|prism|attnres|recurrent|noise|dsweep|all)" >&2; exit 2 ;;
+*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|prism|attnres|recurrent|feedback|noise|dsweep|all)" >&2; exit 2 ;;
 esac
 
 QUICK=0
@@ -200,6 +204,8 @@ BRANCH=(--set model.branch=decode)
 . "$ROOT/experiments/attnres/study.sh"
 # shellcheck source=recurrent/study.sh
 . "$ROOT/experiments/recurrent/study.sh"
+# shellcheck source=feedback/study.sh
+. "$ROOT/experiments/feedback/study.sh"
 # shellcheck source=dsweep/study.sh
 . "$ROOT/experiments/dsweep/study.sh"
 
@@ -213,6 +219,7 @@ noise) study_noise ;;
 prism) study_prism ;;
 attnres) study_attnres ;;
 recurrent) study_recurrent ;;
+feedback) study_feedback ;;
 dsweep) study_dsweep ;;
 all) study_matched; study_control; study_ablations; study_moe ;;
 esac

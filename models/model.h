@@ -118,5 +118,12 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
  * application of every MoE layer). passes > 1 needs feedback = 1. */
 dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *targets,
                                  const model_feedback_run *run, model_outputs *out);
+/* One pass of latent feedback, for evaluating by passes (eval/feedback_passes.h):
+ * tokens int32 [B,T]; top_prev NULL (the plain pass) or the previous pass's
+ * top state [B,T,C], fused with no jitter and no prefix mixin -> *logits
+ * [B,T,V] and *top [B,T,C] (this pass's Norm_f(h_L)), both in ctx. Pass k of
+ * model_forward_feedback's K-pass forward is this pass fed pass k-1's top. */
+dt_status model_forward_feedback_pass(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *top_prev, dt_tensor **logits,
+                                      dt_tensor **top);
 
 #endif
