@@ -399,7 +399,7 @@ dt_status model_forward_feedback_pass(model *m, ag_ctx *ctx, dt_tensor *tokens, 
                          dt_shape_str(top_prev, buf, sizeof buf));
     }
     const model_feedback_run run = model_feedback_plain(); /* no jitter, no prefix mixin: the pass index is unused */
-    dt_tensor *e = embed_forward(ctx, m, m->tok_emb, tokens, s.positions);
+    dt_tensor *e = primary_embed_forward(ctx, m, tokens, s.positions);
     *logits = feedback_pass(ctx, m, e, top_prev, &run, 2, s.states, &s.balance, top);
     return *logits && *top ? DT_OK : DT_ERR;
 }
