@@ -24,7 +24,10 @@ dt_status interop_check_exportable(const model_config *c, interop_format format)
     /* SPEC §6 architectures: none of the formats has a name for them */
     if (c->ffn != FFN_DEFAULT)
         return dt_errorf("ffn = %s cannot be exported to %s (no product FFN in its architectures)",
-                         c->ffn == FFN_TRIPLU ? "triplu" : c->ffn == FFN_PROD2 ? "prod2" : "prod4", name);
+                         c->ffn == FFN_TRIPLU  ? "triplu"
+                         : c->ffn == FFN_PROD2 ? "prod2"
+                                               : "prod4",
+                         name);
     if (c->layer_heads[0])
         return dt_errorf("layer_heads = %s cannot be exported to %s (one head count for every layer)", c->layer_heads,
                          name);

@@ -156,8 +156,7 @@ dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, const
     if (m->config.family == FAMILY_MOE) {
         /* one term per application of each MoE layer: n_loop of them (SPEC §6.6), or up to
          * MODEL_FEEDBACK_MAX_PASSES with feedback (SPEC §6.5) */
-        const int64_t terms =
-            m->arch.n_loop * m->config.n_layer * (m->config.feedback ? MODEL_FEEDBACK_MAX_PASSES : 1);
+        const int64_t terms = m->arch.n_loop * m->config.n_layer * (m->config.feedback ? MODEL_FEEDBACK_MAX_PASSES : 1);
         p->balance_sums = calloc((size_t)(2 * terms * m->config.n_expert), sizeof *p->balance_sums);
         if (!p->balance_sums) goto oom;
     }
