@@ -33,20 +33,20 @@ dt_tensor *ag_linear_coupled(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_
                              int gelu, dt_tensor *coupled, dt_tensor *couple);
 
 /* ---- elementwise ---- */
-dt_tensor *ag_add(ag_ctx *ctx, dt_tensor *a, dt_tensor *b);          /* same shapes */
-dt_tensor *ag_mul(ag_ctx *ctx, dt_tensor *a, dt_tensor *b);          /* same shapes */
+dt_tensor *ag_add(ag_ctx *ctx, dt_tensor *a, dt_tensor *b); /* same shapes */
+dt_tensor *ag_mul(ag_ctx *ctx, dt_tensor *a, dt_tensor *b); /* same shapes */
 dt_tensor *ag_scale(ag_ctx *ctx, dt_tensor *a, float s);
-dt_tensor *ag_add_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *v);      /* x [..., C] + v [C] */
-dt_tensor *ag_mul_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *v);      /* x [..., C] * v [C] */
+dt_tensor *ag_add_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *v);                   /* x [..., C] + v [C] */
+dt_tensor *ag_mul_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *v);                   /* x [..., C] * v [C] */
 dt_tensor *ag_add_mul_vec(ag_ctx *ctx, dt_tensor *x, dt_tensor *y, dt_tensor *v); /* x + y ⊙ v; x, y [..., C], v [C] */
-dt_tensor *ag_scale_rows(ag_ctx *ctx, dt_tensor *x, dt_tensor *s);   /* x [M, C] * s [M] per row */
-dt_tensor *ag_clip(ag_ctx *ctx, dt_tensor *x, float lo, float hi);   /* no gradient outside [lo, hi] */
+dt_tensor *ag_scale_rows(ag_ctx *ctx, dt_tensor *x, dt_tensor *s);                /* x [M, C] * s [M] per row */
+dt_tensor *ag_clip(ag_ctx *ctx, dt_tensor *x, float lo, float hi);                /* no gradient outside [lo, hi] */
 /* log(exp a + exp b), elementwise, stable */
 dt_tensor *ag_logsumexp2(ag_ctx *ctx, dt_tensor *a, dt_tensor *b);
 
 /* ---- reductions ---- */
-dt_tensor *ag_sum(ag_ctx *ctx, dt_tensor *x);   /* -> [1] */
-dt_tensor *ag_mean(ag_ctx *ctx, dt_tensor *x);  /* -> [1] */
+dt_tensor *ag_sum(ag_ctx *ctx, dt_tensor *x);  /* -> [1] */
+dt_tensor *ag_mean(ag_ctx *ctx, dt_tensor *x); /* -> [1] */
 
 /* ---- shape ---- */
 /* Same data, new shape of equal size (gradient flows back unchanged). */
@@ -77,7 +77,7 @@ dt_tensor *ag_layernorm(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor 
 dt_tensor *ag_rmsnorm(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, float eps);
 dt_tensor *ag_gelu(ag_ctx *ctx, dt_tensor *x);
 dt_tensor *ag_silu(ag_ctx *ctx, dt_tensor *x);
-dt_tensor *ag_swiglu(ag_ctx *ctx, dt_tensor *gate, dt_tensor *up);  /* silu(gate) * up */
+dt_tensor *ag_swiglu(ag_ctx *ctx, dt_tensor *gate, dt_tensor *up); /* silu(gate) * up */
 dt_tensor *ag_softmax(ag_ctx *ctx, dt_tensor *x);                  /* over the last dim */
 dt_tensor *ag_log_softmax(ag_ctx *ctx, dt_tensor *x);              /* over the last dim */
 
@@ -99,9 +99,8 @@ dt_tensor *ag_cross_entropy(ag_ctx *ctx, dt_tensor *logits, dt_tensor *targets);
  * targets [...] -> nll [rows]; writes alpha [rows] into *alpha_out when
  * non-NULL (a constant tensor). detach_primary: no gradient to logits_p.
  * alpha_detach: no gradient through alpha. */
-dt_tensor *ag_mixture_nll(ag_ctx *ctx, dt_tensor *logits_p, dt_tensor *logits_q, dt_tensor *targets,
-                          float alpha_min, float alpha_max, int detach_primary, int alpha_detach,
-                          dt_tensor **alpha_out);
+dt_tensor *ag_mixture_nll(ag_ctx *ctx, dt_tensor *logits_p, dt_tensor *logits_q, dt_tensor *targets, float alpha_min,
+                          float alpha_max, int detach_primary, int alpha_detach, dt_tensor **alpha_out);
 /* Switch load-balancing term: router_logits [N, E], assignment fractions f [E]
  * (constants) -> [1] = E * sum_e f_e * mean_n softmax(router_logits[n])_e */
 dt_tensor *ag_moe_balance(ag_ctx *ctx, dt_tensor *router_logits, const float *fractions);

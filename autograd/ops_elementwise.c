@@ -34,8 +34,10 @@ static void pass_gradient(ag_ctx *ctx, dt_tensor *t, const float *d_out, int64_t
     int accumulate;
     float *d_t = ag_grad_for_write(ctx, t, &accumulate);
     if (!d_t) return;
-    if (accumulate) k_accumulate(d_t, d_out, n);
-    else k_scale(d_t, d_out, 1.0f, n); /* a copy */
+    if (accumulate)
+        k_accumulate(d_t, d_out, n);
+    else
+        k_scale(d_t, d_out, 1.0f, n); /* a copy */
 }
 
 static void add_backward(ag_ctx *ctx, ag_node *node) {

@@ -73,7 +73,7 @@ static void linear_gelu_backward(ag_ctx *ctx, ag_node *node) {
     pre->requires_grad = 1;
     int accumulate;
     float *d_pre = ag_grad_for_write(ctx, pre, &accumulate); // [M,N]
-    if (!d_pre) return; /* out of memory: the arena recorded why */
+    if (!d_pre) return;                                      /* out of memory: the arena recorded why */
     k_bias_gelu_backward(d_pre, accumulate, ag_grad(ctx, bias), node->out->grad, dt_f32(pre), M, N);
     linear_gradients(ctx, x, weight, NULL, d_pre); /* d_b came with the GELU pass */
     ag_release_grad(ctx, pre);
@@ -106,8 +106,10 @@ static void linear_residual_backward(ag_ctx *ctx, ag_node *node) {
     int accumulate;
     float *d_residual = ag_grad_for_write(ctx, residual, &accumulate);
     if (d_residual) {
-        if (accumulate) k_accumulate(d_residual, d_out, residual->size);
-        else k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
+        if (accumulate)
+            k_accumulate(d_residual, d_out, residual->size);
+        else
+            k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
     }
     linear_gradients(ctx, x, weight, bias, d_out);
 }
@@ -141,8 +143,10 @@ static void mlp_gelu_backward(ag_ctx *ctx, ag_node *node) {
     int accumulate;
     float *d_residual = ag_grad_for_write(ctx, residual, &accumulate);
     if (d_residual) {
-        if (accumulate) k_accumulate(d_residual, d_out, residual->size);
-        else k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
+        if (accumulate)
+            k_accumulate(d_residual, d_out, residual->size);
+        else
+            k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
     }
     float *hidden = ag_temp(ctx, M * F);   /* [M,F] gelu(pre), the forward's GELU output recomputed */
     float *d_hidden = ag_temp(ctx, M * F); /* [M,F] d_out proj, then d_pre in place */
@@ -161,19 +165,18 @@ dt_tensor *ag_mlp_gelu(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor
                        dt_tensor *proj, dt_tensor *proj_bias) {
     static const char *op = "mlp_gelu";
     if (!residual || !x || !fc || !proj) return NULL;
-    if (!check_linear(op, x, fc, fc_bias) || !ag_check_f32(op, "residual", residual) ||
-        !ag_check_f32(op, "proj", proj))
+    if (!check_linear(op, x, fc, fc_bias) || !ag_check_f32(op, "residual", residual) || !ag_check_f32(op, "proj", proj))
         return NULL;
     const int64_t M = dt_rows(x), C = dt_cols(x), F = fc->shape[0];
     if (proj->ndim != 2 || proj->shape[1] != F || proj->shape[0] != dt_cols(residual))
         return ag_fail_shapes(op, fc, proj, "do not match (fc [F, C], proj [C_out, F])");
     if (dt_rows(residual) != M) return ag_fail_shapes(op, residual, x, "have different row counts");
     const int64_t C_out = proj->shape[0];
-    if (proj_bias && (!ag_check_f32(op, "proj_bias", proj_bias) || proj_bias->ndim != 1 ||
-                      proj_bias->shape[0] != C_out))
+    if (proj_bias &&
+        (!ag_check_f32(op, "proj_bias", proj_bias) || proj_bias->ndim != 1 || proj_bias->shape[0] != C_out))
         return ag_fail_shapes(op, proj, proj_bias, "do not match (proj [C_out, F], proj_bias [C_out])");
     dt_tensor *pre = ag_tensor_like_rows(ctx, x, F); /* [..., F] kept for the backward */
-    dt_tensor *out = ag_tensor_like(ctx, residual);   /* [..., C_out] */
+    dt_tensor *out = ag_tensor_like(ctx, residual);  /* [..., C_out] */
     if (!pre || !out) return NULL;
     float *hidden = ag_temp(ctx, M * F); /* [M,F] gelu output, only while the forward runs */
     if (!hidden) return NULL;
@@ -205,8 +208,10 @@ static void linear_coupled_backward(ag_ctx *ctx, ag_node *node) {
         int accumulate;
         float *d_residual = ag_grad_for_write(ctx, residual, &accumulate);
         if (d_residual) {
-            if (accumulate) k_accumulate(d_residual, d_out, residual->size);
-            else k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
+            if (accumulate)
+                k_accumulate(d_residual, d_out, residual->size);
+            else
+                k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
         }
     }
     if (coupled)
@@ -247,8 +252,10 @@ dt_tensor *ag_linear_coupled(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_
     if (gelu) {
         /* GEMM into pre, then one pass: bias, GELU, coupling term */
         k_gemm(0, 1, M, N, K, 1.0f, dt_f32(x), K, dt_f32(weight), K, 0.0f, dt_f32(pre), N);
-        if (coupled) k_bias_gelu_couple_forward(dt_f32(out), dt_f32(pre), bias_data, dt_f32(coupled), dt_f32(couple), M, N);
-        else k_bias_gelu_forward(dt_f32(out), dt_f32(pre), bias_data, M, N);
+        if (coupled)
+            k_bias_gelu_couple_forward(dt_f32(out), dt_f32(pre), bias_data, dt_f32(coupled), dt_f32(couple), M, N);
+        else
+            k_bias_gelu_forward(dt_f32(out), dt_f32(pre), bias_data, M, N);
         if (residual) k_accumulate(dt_f32(out), dt_f32(residual), M * N);
     } else {
         /* The linear map first, then the terms added in the unfused order: a

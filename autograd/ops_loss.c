@@ -152,7 +152,8 @@ dt_tensor *ag_moe_balance_ex(ag_ctx *ctx, dt_tensor *router_logits, const float 
     if (mean_probs)
         for (int64_t e = 0; e < E; e++) {
             double sum = 0.0;
-            for (int64_t n = 0; n < N; n++) sum += saved->probs[n * E + e];
+            for (int64_t n = 0; n < N; n++)
+                sum += saved->probs[n * E + e];
             mean_probs[e] = (float)(sum / (double)N);
         }
     dt_tensor *inputs[1] = {router_logits};

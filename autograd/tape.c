@@ -67,7 +67,8 @@ ag_node *ag_record(ag_ctx *ctx, const char *op, ag_backward_fn backward, dt_tens
     node->op = op;
     node->backward = backward;
     node->out = out;
-    for (int i = 0; i < n_inputs; i++) node->in[i] = inputs[i];
+    for (int i = 0; i < n_inputs; i++)
+        node->in[i] = inputs[i];
     out->requires_grad = 1;
     out->producer = node;
     ctx->nodes[ctx->n_nodes++] = node;
@@ -98,7 +99,8 @@ static float *take_grad_buffer(ag_ctx *ctx, int64_t n) {
     }
     int best = -1;
     for (int i = 0; i < ctx->n_free_grads; i++)
-        if (ctx->free_grads[i].capacity >= n && (best < 0 || ctx->free_grads[i].capacity < ctx->free_grads[best].capacity))
+        if (ctx->free_grads[i].capacity >= n &&
+            (best < 0 || ctx->free_grads[i].capacity < ctx->free_grads[best].capacity))
             best = i;
     ag_grad_buffer buffer;
     if (best >= 0) {

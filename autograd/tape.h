@@ -32,11 +32,11 @@ typedef struct ag_ctx ag_ctx;
 typedef void (*ag_backward_fn)(ag_ctx *ctx, ag_node *node);
 
 struct ag_node {
-    const char *op;                  /* op name, for debugging and tests */
+    const char *op; /* op name, for debugging and tests */
     ag_backward_fn backward;
     dt_tensor *out;
-    dt_tensor *in[AG_MAX_INPUTS];    /* NULL slots allowed (e.g. no bias) */
-    void *saved;                     /* op-specific saved state, in the arena */
+    dt_tensor *in[AG_MAX_INPUTS]; /* NULL slots allowed (e.g. no bias) */
+    void *saved;                  /* op-specific saved state, in the arena */
     int64_t iarg[4];
     float farg[4];
 };
@@ -49,10 +49,10 @@ typedef struct ag_grad_buffer {
 
 struct ag_ctx {
     dt_arena arena;
-    ag_node **nodes;                 /* heap array, grows only while capacity is discovered */
+    ag_node **nodes; /* heap array, grows only while capacity is discovered */
     int n_nodes;
     int cap_nodes;
-    int grad_enabled;                /* 0: no-grad mode, ops record nothing */
+    int grad_enabled; /* 0: no-grad mode, ops record nothing */
     /* Arena gradient buffers handed out by ag_grad (live) and handed back by
      * ag_backward (free); heap arrays that grow during the first step only. */
     ag_grad_buffer *live_grads, *free_grads;

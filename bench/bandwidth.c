@@ -26,11 +26,13 @@ static double slab_sum(const float *x, int64_t n) {
 #else
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-    for (int64_t j = 0; j < n - n % 64; j++) acc += x[j];
+    for (int64_t j = 0; j < n - n % 64; j++)
+        acc += x[j];
     total = acc;
     i = n - n % 64;
 #endif
-    for (; i < n; i++) total += x[i];
+    for (; i < n; i++)
+        total += x[i];
     return total;
 }
 
@@ -45,10 +47,10 @@ double bench_bandwidth_sum(const float *x, int64_t n) {
     return total;
 }
 
-
 dt_status bench_read_probe_init(bench_read_probe *probe, int64_t bytes) {
     memset(probe, 0, sizeof *probe);
-    if (bytes < 64 * 1024) return dt_errorf("bandwidth probe: need a buffer of >= 64 KiB (got %lld bytes)", (long long)bytes);
+    if (bytes < 64 * 1024)
+        return dt_errorf("bandwidth probe: need a buffer of >= 64 KiB (got %lld bytes)", (long long)bytes);
     int64_t n = bytes / (int64_t)sizeof(float);
     if (posix_memalign((void **)&probe->buffer, 64, (size_t)n * sizeof(float)) != 0) {
         probe->buffer = NULL;
@@ -61,7 +63,8 @@ dt_status bench_read_probe_init(bench_read_probe *probe, int64_t bytes) {
     {
         int64_t threads = omp_get_num_threads(), id = omp_get_thread_num();
         int64_t begin = n * id / threads, end = n * (id + 1) / threads;
-        for (int64_t i = begin; i < end; i++) x[i] = (float)(i & 7) * 0.125f;
+        for (int64_t i = begin; i < end; i++)
+            x[i] = (float)(i & 7) * 0.125f;
     }
     return DT_OK;
 }
@@ -89,7 +92,8 @@ dt_status bench_bandwidth_probe(int64_t bytes, int passes, bench_bandwidth *resu
         bench_read_probe_free(&probe);
         return dt_errorf("bandwidth probe: out of memory");
     }
-    for (int p = 0; p < passes; p++) gbps[p] = bench_read_probe_pass(&probe);
+    for (int p = 0; p < passes; p++)
+        gbps[p] = bench_read_probe_pass(&probe);
     qsort(gbps, (size_t)passes, sizeof(double), bench_compare_doubles);
     result->best_gbps = bench_read_probe_best_gbps(&probe);
     result->median_gbps = gbps[passes / 2];

@@ -22,7 +22,7 @@ typedef struct bench_bandwidth {
     int64_t bytes;      /* buffer size */
     int passes;
     int threads;
-    double checksum;    /* the sum (keeps the reads from being optimised away; tests check it) */
+    double checksum; /* the sum (keeps the reads from being optimised away; tests check it) */
 } bench_bandwidth;
 
 /* Reads a buffer of `bytes` bytes `passes` times (the buffer is allocated,
@@ -31,7 +31,7 @@ dt_status bench_bandwidth_probe(int64_t bytes, int passes, bench_bandwidth *resu
 
 /* A probe buffer kept across passes. */
 typedef struct bench_read_probe {
-    float *buffer;       /* [n_floats], element i = (i & 7) / 8 */
+    float *buffer; /* [n_floats], element i = (i & 7) / 8 */
     int64_t n_floats;
     int n_passes;
     double best_seconds; /* fastest pass so far */

@@ -59,7 +59,7 @@ typedef struct bench_options {
     int repetitions;               /* --repetitions R: prefill and tg repetitions of the table (default 5) */
     dt_dtype weights[MAX_WEIGHTS]; /* --weights fp32 | bf16 | fp32,bf16 (default fp32) */
     int n_weights;
-    eval_feedback_mode feedback;   /* --feedback: latent feedback decoding of every session (SPEC §6.5) */
+    eval_feedback_mode feedback; /* --feedback: latent feedback decoding of every session (SPEC §6.5) */
 } bench_options;
 
 typedef struct mode_result {
@@ -76,28 +76,27 @@ typedef struct mode_result {
 } mode_result;
 
 static void usage(FILE *out) {
-    fprintf(
-        out,
-        "usage: dbranch bench decode (--model CKPT.h5 | --config FILE.ini [--set KEY=VALUE]...)\n"
-        "                            [--prompt-len P] [--tokens N] [--threads K] [--json]\n"
-        "                            [--matvec own|blis] [--matvec-check] [--probe-mib M] [--probe-every R]\n"
-        "                            [--seed S] [--table llama] [--repetitions R] [--weights fp32|bf16|fp32,bf16]\n"
-        "                            [--feedback standard|soft|fused]\n\n"
-        "Random weights (model_init_weights) with --config. Reports, for baseline (primary path only),\n"
-        "grouped and un-grouped Decode-Branch decode: prefill tokens/s, decode ms/token (median),\n"
-        "bytes read per token, effective GB/s against a read-bandwidth probe run in the same process,\n"
-        "and the ratios to baseline. --json prints JSON on stdout (the table goes to stderr).\n"
-        "--feedback (models with feedback = 1): soft steps fuse the previous top state into the input\n"
-        "(two C x C products per step); fused also runs a feedback pass over the prompt.\n"
-        "--matvec-check also times every primary matrix at M = 1, 2 with eval_matvec and with BLIS.\n"
-        "--probe-every R: one probe pass every R decode rounds for a model larger than the last-level cache\n"
-        "(default 4); 0 probes only before and after, so decoding runs uninterrupted like a generation loop.\n"
-        "--table llama prints llama-bench's markdown table on stdout instead (rows pp<P> and tg<N> per mode,\n"
-        "tokens/s mean ± sd over --repetitions R runs, default 5; build commit and CPU below; the usual\n"
-        "table goes to stderr).\n"
-        "--weights: the decode matrices in float32 (default) or bfloat16 (converted at load, rounded to nearest\n"
-        "even; norms, biases and coupling vectors stay float32); fp32,bf16 runs both, interleaved, with the\n"
-        "bf16 / fp32 ratio per mode. DBRANCH_ISA=avx512|avx2|scalar forces a lower kernel level.\n");
+    fprintf(out,
+            "usage: dbranch bench decode (--model CKPT.h5 | --config FILE.ini [--set KEY=VALUE]...)\n"
+            "                            [--prompt-len P] [--tokens N] [--threads K] [--json]\n"
+            "                            [--matvec own|blis] [--matvec-check] [--probe-mib M] [--probe-every R]\n"
+            "                            [--seed S] [--table llama] [--repetitions R] [--weights fp32|bf16|fp32,bf16]\n"
+            "                            [--feedback standard|soft|fused]\n\n"
+            "Random weights (model_init_weights) with --config. Reports, for baseline (primary path only),\n"
+            "grouped and un-grouped Decode-Branch decode: prefill tokens/s, decode ms/token (median),\n"
+            "bytes read per token, effective GB/s against a read-bandwidth probe run in the same process,\n"
+            "and the ratios to baseline. --json prints JSON on stdout (the table goes to stderr).\n"
+            "--feedback (models with feedback = 1): soft steps fuse the previous top state into the input\n"
+            "(two C x C products per step); fused also runs a feedback pass over the prompt.\n"
+            "--matvec-check also times every primary matrix at M = 1, 2 with eval_matvec and with BLIS.\n"
+            "--probe-every R: one probe pass every R decode rounds for a model larger than the last-level cache\n"
+            "(default 4); 0 probes only before and after, so decoding runs uninterrupted like a generation loop.\n"
+            "--table llama prints llama-bench's markdown table on stdout instead (rows pp<P> and tg<N> per mode,\n"
+            "tokens/s mean ± sd over --repetitions R runs, default 5; build commit and CPU below; the usual\n"
+            "table goes to stderr).\n"
+            "--weights: the decode matrices in float32 (default) or bfloat16 (converted at load, rounded to nearest\n"
+            "even; norms, biases and coupling vectors stay float32); fp32,bf16 runs both, interleaved, with the\n"
+            "bf16 / fp32 ratio per mode. DBRANCH_ISA=avx512|avx2|scalar forces a lower kernel level.\n");
 }
 
 /* ---- model from a config file ([model] section, SPEC §4 keys) ------------- */

@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rng.h"
-#include "bench/timing.h"
 #include "bench/bench.h"
+#include "bench/timing.h"
+#include "core/rng.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 
@@ -77,8 +77,6 @@ static int parse_positive(const char *option, const char *text, int *value) {
     *value = (int)parsed;
     return 1;
 }
-
-
 
 /* ---------------------------------------------------------------- GEMM */
 

@@ -95,12 +95,10 @@ typedef struct bench_options {
     int json;
     int compare_branch;
     int compare_schedule; /* recurrent models: scan vs tiled (models/recurrent.h) */
-    int gemm_probe; /* 0: --no-gemm-probe */
-    int split_rows; /* 0: --split ops (one tape, kernels threaded per op) */
+    int gemm_probe;       /* 0: --no-gemm-probe */
+    int split_rows;       /* 0: --split ops (one tape, kernels threaded per op) */
     uint64_t seed;
 } bench_options;
-
-
 
 /* Median of x [n] (sorts a copy into work [n]). */
 /* The median of x [n], which stays as it is (work [n] is sorted instead). */
@@ -120,7 +118,8 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: dbranch bench train [--config FILE.ini | --preset baby|char] [--family F] [--branch none|decode]\n"
             "                           [--set SECTION.KEY=VALUE]... [--data TOKENS.h5] [--steps N] [--warmup W]\n"
-            "                           [--threads K] [--split rows|ops] [--seed S] [--compare-branch | --compare-schedule]\n"
+            "                           [--threads K] [--split rows|ops] [--seed S] [--compare-branch | "
+            "--compare-schedule]\n"
             "                           [--no-gemm-probe] [--json]\n\n"
             "Times full training steps (forward, backward, global-norm clip, AdamW, zeroed gradients) on random\n"
             "tokens (or batches of --data) and reports tokens/s from the median step time, model FLOPs per token\n"
@@ -153,8 +152,8 @@ static int parse_int64(const char *text, int64_t min, int64_t *out) {
 
 static dt_status parse_options(int argc, char **argv, bench_options *o) {
     *o = (bench_options){.steps = 20, .warmup = 3, .gemm_probe = 1, .split_rows = 1, .seed = 1234};
-    static const char *const value_options[] = {"--config", "--preset", "--family", "--branch", "--data", "--set",
-                                                 "--steps",  "--warmup", "--threads", "--split", "--seed"};
+    static const char *const value_options[] = {"--config", "--preset", "--family",  "--branch", "--data", "--set",
+                                                "--steps",  "--warmup", "--threads", "--split",  "--seed"};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t n;
@@ -217,7 +216,8 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
     }
     if (o->config_path && o->preset) return dt_errorf("pass --config or --preset, not both");
     if (o->compare_branch && o->branch) return dt_errorf("--compare-branch runs both branch settings: drop --branch");
-    if (o->compare_branch && o->compare_schedule) return dt_errorf("pass --compare-branch or --compare-schedule, not both");
+    if (o->compare_branch && o->compare_schedule)
+        return dt_errorf("pass --compare-branch or --compare-schedule, not both");
     return DT_OK;
 }
 
@@ -274,8 +274,8 @@ typedef struct bench_run {
     train_config cfg;
     model model;
     optimizer opt;
-    train_parallel parallel;     /* the step's forward+backward and update */
-    dt_tensor *inputs, *targets; /* int32 [B, T] */
+    train_parallel parallel;             /* the step's forward+backward and update */
+    dt_tensor *inputs, *targets;         /* int32 [B, T] */
     dt_tensor rank_inputs, rank_targets; /* views: this process's rows [B / N, T] */
     data_tokens tokens;
     data_loader loader;
@@ -433,7 +433,7 @@ typedef struct gemm_probe {
     int64_t M, N, K;
     int split_rows, n_threads;
     float *x, *w, *y, *dx;
-    float *dw; /* [n_threads, N, K] */
+    float *dw;    /* [n_threads, N, K] */
     double flops; /* of the three products */
 } gemm_probe;
 
@@ -526,32 +526,35 @@ static void print_run_table(FILE *out, const bench_run *r, const run_summary *s,
             (double)cost->params_flop * 1e-6);
     if (cost->params_flop_branch) fprintf(out, ", branch %.3f M", (double)cost->params_flop_branch * 1e-6);
     fprintf(out, ")\n");
-    fprintf(out, "  step time (median)   %.2f ms  (forward+backward %.2f, of which thread 0's forward %.2f and backward %.2f; "
-                 "update %.2f; thread 0's CPU time in forward+backward %.2f)\n",
-            1e3 * s->step_s, 1e3 * s->region_s, 1e3 * s->forward_s, 1e3 * s->backward_s, 1e3 * s->optim_s,
-            1e3 * s->forward_backward_cpu_s);
+    fprintf(
+        out,
+        "  step time (median)   %.2f ms  (forward+backward %.2f, of which thread 0's forward %.2f and backward %.2f; "
+        "update %.2f; thread 0's CPU time in forward+backward %.2f)\n",
+        1e3 * s->step_s, 1e3 * s->region_s, 1e3 * s->forward_s, 1e3 * s->backward_s, 1e3 * s->optim_s,
+        1e3 * s->forward_backward_cpu_s);
     fprintf(out, "  tokens/s             %.0f\n", s->tokens_per_s);
     fprintf(out, "  model FLOPs/token    %.3f MFLOP (6N + 12*L*C*T%s)\n", cost->flops_per_token * 1e-6,
             cost->params_flop_branch ? ", + the branch's" : "");
     fprintf(out, "  achieved             %.1f GFLOP/s", s->gflops);
     if (gemm_gflops > 0) fprintf(out, "  = %.0f%% of the GEMM rate (MFU)", 100.0 * s->gflops / gemm_gflops);
     fprintf(out, "\n");
-    fprintf(out, "  loss                 %.4f at the first timed step, %.4f at the last\n", r->first_loss, r->last_loss);
+    fprintf(out, "  loss                 %.4f at the first timed step, %.4f at the last\n", r->first_loss,
+            r->last_loss);
 }
 
 static void print_run_json(FILE *out, const bench_run *r, const run_summary *s, double gemm_gflops) {
     const bench_train_cost *cost = &r->cost;
-    fprintf(out,
-            "{\"label\": \"%s\", \"branch\": \"%s\", \"params\": %lld, \"params_flop\": %lld, "
-            "\"params_flop_branch\": %lld, \"flops_per_token\": %.0f, \"step_ms\": %.4f, \"forward_ms\": %.4f, "
-            "\"backward_ms\": %.4f, \"forward_backward_ms\": %.4f, \"optim_ms\": %.4f, \"forward_backward_cpu_ms\": %.4f, "
-            "\"tokens_per_s\": %.2f, \"gflops\": %.3f, \"mfu\": %.4f, "
-            "\"first_loss\": %.6f, \"last_loss\": %.6f, \"closed_form_bytes\": %.0f}",
-            r->label, model_branch_name(r->cfg.model.branch), (long long)cost->params_total,
-            (long long)cost->params_flop, (long long)cost->params_flop_branch, cost->flops_per_token,
-            1e3 * s->step_s, 1e3 * s->forward_s, 1e3 * s->backward_s, 1e3 * s->region_s, 1e3 * s->optim_s,
-            1e3 * s->forward_backward_cpu_s, s->tokens_per_s, s->gflops,
-            gemm_gflops > 0 ? s->gflops / gemm_gflops : 0.0, r->first_loss, r->last_loss, cost->bytes_total);
+    fprintf(
+        out,
+        "{\"label\": \"%s\", \"branch\": \"%s\", \"params\": %lld, \"params_flop\": %lld, "
+        "\"params_flop_branch\": %lld, \"flops_per_token\": %.0f, \"step_ms\": %.4f, \"forward_ms\": %.4f, "
+        "\"backward_ms\": %.4f, \"forward_backward_ms\": %.4f, \"optim_ms\": %.4f, \"forward_backward_cpu_ms\": %.4f, "
+        "\"tokens_per_s\": %.2f, \"gflops\": %.3f, \"mfu\": %.4f, "
+        "\"first_loss\": %.6f, \"last_loss\": %.6f, \"closed_form_bytes\": %.0f}",
+        r->label, model_branch_name(r->cfg.model.branch), (long long)cost->params_total, (long long)cost->params_flop,
+        (long long)cost->params_flop_branch, cost->flops_per_token, 1e3 * s->step_s, 1e3 * s->forward_s,
+        1e3 * s->backward_s, 1e3 * s->region_s, 1e3 * s->optim_s, 1e3 * s->forward_backward_cpu_s, s->tokens_per_s,
+        s->gflops, gemm_gflops > 0 ? s->gflops / gemm_gflops : 0.0, r->first_loss, r->last_loss, cost->bytes_total);
 }
 
 static int fail(void) {
@@ -584,8 +587,10 @@ int bench_train_main(int argc, char **argv) {
         if (job->rank != 0 && !freopen("/dev/null", "w", stdout)) return fail();
     }
 #endif
-    if (o.threads > 0) k_set_threads(o.threads);
-    else if (cfg.threads > 0) k_set_threads((int)cfg.threads);
+    if (o.threads > 0)
+        k_set_threads(o.threads);
+    else if (cfg.threads > 0)
+        k_set_threads((int)cfg.threads);
     const int threads = k_get_threads();
 
     /* The runs: one model, or the baseline and its Decode-Branch twin. */
@@ -605,8 +610,10 @@ int bench_train_main(int argc, char **argv) {
         base.model.branch = BRANCH_NONE;
         twin.model.branch = BRANCH_DECODE;
         if (model_config_validate(&base.model) != DT_OK || model_config_validate(&twin.model) != DT_OK) goto done;
-        if (run_init(&runs[n_runs++], "baseline", &base, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
-        if (run_init(&runs[n_runs++], "decode-branch", &twin, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
+        if (run_init(&runs[n_runs++], "baseline", &base, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK)
+            goto done;
+        if (run_init(&runs[n_runs++], "decode-branch", &twin, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK)
+            goto done;
     } else if (o.compare_schedule) {
         if (!cfg.model.recurrent) {
             dt_errorf("--compare-schedule needs a recurrent model (--set model.recurrent=1)");
@@ -619,7 +626,9 @@ int bench_train_main(int argc, char **argv) {
         if (run_init(&runs[n_runs++], label, &cfg, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
     }
     const int64_t B = cfg.batch_size, T = cfg.seq_len, C = cfg.model.d_model;
-    if (o.gemm_probe && probe_init(&probe, B * T, runs[0].model.config.d_ff, C, runs[0].parallel.n_workers > 1, o.seed + 7) != DT_OK) goto done;
+    if (o.gemm_probe &&
+        probe_init(&probe, B * T, runs[0].model.config.d_ff, C, runs[0].parallel.n_workers > 1, o.seed + 7) != DT_OK)
+        goto done;
 
     /* Warm-up: the arena finds its size, BLIS its buffers, the pages their frames. */
     double loss;
@@ -642,7 +651,8 @@ int bench_train_main(int argc, char **argv) {
     const double rss = peak_rss_bytes();
     double arena_bytes = 0.0; /* per-step memory the runs' arenas settled at */
     for (int i = 0; i < n_runs; i++)
-        for (int w = 0; w < runs[i].parallel.n_workers; w++) arena_bytes += (double)dt_arena_capacity(&runs[i].parallel.contexts[w].arena);
+        for (int w = 0; w < runs[i].parallel.n_workers; w++)
+            arena_bytes += (double)dt_arena_capacity(&runs[i].parallel.contexts[w].arena);
     const double gemm_gflops = o.gemm_probe ? probe.flops / median(probe_s, o.steps, work) * 1e-9 : 0.0;
 
     run_summary summaries[MAX_RUNS];
@@ -658,9 +668,9 @@ int bench_train_main(int argc, char **argv) {
             "bench train: %s V=%lld T=%lld B=%lld L=%lld H=%lld C=%lld%s, %s, %d processes (%s sums) x %d threads, "
             "%lld timed steps after %lld warm-up, %s, split by %s\n",
             model_family_name(mc->family), (long long)mc->vocab_size, (long long)T, (long long)B,
-            (long long)mc->n_layer, (long long)mc->n_head, (long long)C,
-            cfg.grad_accum > 1 ? " (with grad_accum)" : "", optim_kind_name(cfg.optimizer), job ? job->size : 1,
-            dt_comm_reduce_name(cfg.reduce), threads, (long long)o.steps, (long long)o.warmup, o.data_path ? o.data_path : "random tokens",
+            (long long)mc->n_layer, (long long)mc->n_head, (long long)C, cfg.grad_accum > 1 ? " (with grad_accum)" : "",
+            optim_kind_name(cfg.optimizer), job ? job->size : 1, dt_comm_reduce_name(cfg.reduce), threads,
+            (long long)o.steps, (long long)o.warmup, o.data_path ? o.data_path : "random tokens",
             runs[0].parallel.n_workers > 1 ? "rows" : "ops");
     if (o.gemm_probe)
         fprintf(table,
@@ -668,7 +678,8 @@ int bench_train_main(int argc, char **argv) {
                 "GFLOP/s\n",
                 (long long)probe.M, (long long)probe.N, (long long)probe.K,
                 probe.n_threads > 1 ? ", rows split over the threads as in the step" : "", gemm_gflops);
-    for (int i = 0; i < n_runs; i++) print_run_table(table, &runs[i], &summaries[i], gemm_gflops);
+    for (int i = 0; i < n_runs; i++)
+        print_run_table(table, &runs[i], &summaries[i], gemm_gflops);
     const bench_train_cost *c0 = &runs[0].cost;
     fprintf(table,
             "peak RSS %.1f MB vs closed form %.1f MB (params %.1f + grads %.1f + Adam %.1f + activations %.1f%s): "
@@ -676,13 +687,13 @@ int bench_train_main(int argc, char **argv) {
             rss / 1e6, closed_form / 1e6, c0->bytes_params / 1e6, c0->bytes_grads / 1e6, c0->bytes_adam / 1e6,
             c0->bytes_activations / 1e6, n_runs > 1 ? ", for the first model; both models summed" : "",
             rss / closed_form);
-    fprintf(table, "  of which: %.1f MB at start (binary and libraries), %.1f MB in the step arenas\n", rss_at_start / 1e6,
-            arena_bytes / 1e6);
+    fprintf(table, "  of which: %.1f MB at start (binary and libraries), %.1f MB in the step arenas\n",
+            rss_at_start / 1e6, arena_bytes / 1e6);
     double step_ratio = 0.0, fwd_bwd_ratio = 0.0, fwd_bwd_cpu_ratio = 0.0;
     if (n_runs == 2) {
         step_ratio = summaries[1].step_s / summaries[0].step_s;
-        fwd_bwd_ratio = (summaries[1].forward_s + summaries[1].backward_s) /
-                        (summaries[0].forward_s + summaries[0].backward_s);
+        fwd_bwd_ratio =
+            (summaries[1].forward_s + summaries[1].backward_s) / (summaries[0].forward_s + summaries[0].backward_s);
         fwd_bwd_cpu_ratio = summaries[1].forward_backward_cpu_s / summaries[0].forward_backward_cpu_s;
         fprintf(table, "%s / %s time: step %.3fx, forward+backward %.3fx (CPU time of thread 0: %.3fx)\n",
                 runs[1].label, runs[0].label, step_ratio, fwd_bwd_ratio, fwd_bwd_cpu_ratio);
@@ -696,9 +707,10 @@ int bench_train_main(int argc, char **argv) {
                job ? job->size : 1, dt_comm_reduce_name(cfg.reduce), (long long)o.steps, (long long)o.warmup);
         printf(" \"gemm\": {\"M\": %lld, \"N\": %lld, \"K\": %lld, \"gflops\": %.3f},\n", (long long)probe.M,
                (long long)probe.N, (long long)probe.K, gemm_gflops);
-        printf(" \"peak_rss_bytes\": %.0f, \"closed_form_bytes\": %.0f, \"rss_ratio\": %.4f, \"start_rss_bytes\": %.0f, "
-               "\"arena_bytes\": %.0f,\n",
-               rss, closed_form, rss / closed_form, rss_at_start, arena_bytes);
+        printf(
+            " \"peak_rss_bytes\": %.0f, \"closed_form_bytes\": %.0f, \"rss_ratio\": %.4f, \"start_rss_bytes\": %.0f, "
+            "\"arena_bytes\": %.0f,\n",
+            rss, closed_form, rss / closed_form, rss_at_start, arena_bytes);
         printf(" \"runs\": [");
         for (int i = 0; i < n_runs; i++) {
             printf("%s\n  ", i ? "," : "");
@@ -721,7 +733,8 @@ done:
         dt_comm_mpi_abort(status);
     }
 #endif
-    for (int i = 0; i < n_runs; i++) run_free(&runs[i]);
+    for (int i = 0; i < n_runs; i++)
+        run_free(&runs[i]);
     probe_free(&probe);
     free(probe_s);
     free(work);

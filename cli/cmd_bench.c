@@ -2,18 +2,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/commands.h"
 #include "bench/bench.h"
+#include "cli/commands.h"
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: dbranch bench <suite> [options]   (dbranch bench <suite> --help)\n\n"
-            "suites:\n"
-            "  kernels   GEMM wrapper vs raw BLIS, attention forward+backward (GFLOP/s)\n"
-            "  decode    baseline vs grouped vs un-grouped Decode-Branch decode\n"
-            "  train     training tokens/s, model FLOPs, MFU vs the GEMM rate, peak RSS (baseline vs branch);\n"
-            "            under mpirun, the data-parallel step over the processes\n"
-            "  allreduce the gradient sum over the processes, ms per MB (under mpirun -n N, MPI builds)\n");
+    fprintf(out, "usage: dbranch bench <suite> [options]   (dbranch bench <suite> --help)\n\n"
+                 "suites:\n"
+                 "  kernels   GEMM wrapper vs raw BLIS, attention forward+backward (GFLOP/s)\n"
+                 "  decode    baseline vs grouped vs un-grouped Decode-Branch decode\n"
+                 "  train     training tokens/s, model FLOPs, MFU vs the GEMM rate, peak RSS (baseline vs branch);\n"
+                 "            under mpirun, the data-parallel step over the processes\n"
+                 "  allreduce the gradient sum over the processes, ms per MB (under mpirun -n N, MPI builds)\n");
 }
 
 int cmd_bench(int argc, char **argv) {

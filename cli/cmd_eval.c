@@ -12,6 +12,7 @@
 #include "data/tokens.h"
 #include "eval/accuracy.h"
 #include "eval/eval_loss.h"
+#include "eval/feedback_passes.h"
 #include "kernels/gemm.h"
 #include "models/model_io.h"
 
@@ -19,7 +20,7 @@ static void usage(FILE *out) {
     fprintf(out, "usage: dbranch eval --model CKPT.h5 --data DATA.h5 [--split val|train] [--windows N]\n"
                  "                    [--seq-len T] [--prompt-len P] [--method tf|decode]\n"
                  "                    [--decode grouped|ungrouped|baseline] [--weights fp32|bf16] [--threads K]\n"
-                 "                    [--feedback standard|soft|fused] [--json]\n\n"
+                 "                    [--feedback standard|soft|fused] [--feedback-passes N,N,...] [--json]\n\n"
                  "Mean loss over non-overlapping windows of the split (all of them unless --windows):\n"
                  "the mixture NLL for a Decode-Branch model (loss), the primary and branch cross-entropies,\n"
                  "the mean alpha and bits per byte. --seq-len defaults to the model's block_size.\n"
@@ -35,12 +36,48 @@ static void usage(FILE *out) {
                  "--feedback (models with feedback = 1, SPEC §6.5): the decode engine's latent feedback\n"
                  "mode (soft: each step fuses the previous top state; fused: also one feedback pass over\n"
                  "the prompt); teacher-forced, soft and fused run the forward with seq_len passes\n"
-                 "(soft decoding from each window's first token).\n");
+                 "(soft decoding from each window's first token).\n"
+                 "--feedback-passes 0,1,2,5,10,30 (feedback = 1): the teacher-forced loss with N fused passes\n"
+                 "after the plain one for each N of the list (increasing, 0..1000; N = 0 is the plain model;\n"
+                 "fused passes read the previous pass's top state Norm_f(h_L), no jitter, no prefix mixin;\n"
+                 "the passes of a window run once up to the largest N), and the state change of the last two\n"
+                 "passes: the mean over scored positions t of ||h_t^(N+1) - h_t^(N)||_2 / ||h_t^(N)||_2\n"
+                 "(Euclidean norm over the d_model channels of the top state; positions t < N are exact\n"
+                 "zeros by causality). Whole windows, one process.\n");
 }
 
 /* 1 when text is an integer in [min, max] (cli/args.c prints nothing: the caller's line names option and value). */
 static int parse_int64(const char *text, int64_t min, int64_t max, int64_t *out) {
     return cli_parse_int("", text, min, max, out) == DT_OK;
+}
+
+/* The --feedback-passes figures, as JSON (one line) or a table. */
+static void print_feedback_passes(const eval_feedback_passes_result *r, const char *model_path, const char *data_path,
+                                  const char *split, int json) {
+    if (json) {
+        printf("{\"model\": \"%s\", \"data\": \"%s\", \"split\": \"%s\", \"method\": \"teacher-forced\", "
+               "\"windows\": %lld, \"seq_len\": %lld, \"tokens\": %lld, \"bytes\": %lld, \"feedback_passes\": [",
+               model_path, data_path, split, (long long)r->n_windows, (long long)r->seq_len, (long long)r->n_tokens,
+               (long long)r->n_bytes);
+        for (int i = 0; i < r->n; i++) {
+            char change[32] = "null";
+            if (r->fused[i] > 0) snprintf(change, sizeof change, "%.6g", r->state_change[i]);
+            printf("%s{\"fused\": %lld, \"loss\": %.6f, \"bits_per_byte\": %.6f, \"state_change\": %s}", i ? ", " : "",
+                   (long long)r->fused[i], r->loss[i], r->bits_per_byte[i], change);
+        }
+        printf("]}\n");
+        return;
+    }
+    printf("eval %s on %s (%s): %lld windows, %lld positions scored, teacher-forced, latent feedback by fused passes\n",
+           model_path, data_path, split, (long long)r->n_windows, (long long)r->n_tokens);
+    printf("%6s  %8s  %9s  %12s\n", "fused", "loss", "bits/byte", "state change");
+    for (int i = 0; i < r->n; i++) {
+        if (r->fused[i] > 0)
+            printf("%6lld  %8.4f  %9.4f  %12.4g\n", (long long)r->fused[i], r->loss[i], r->bits_per_byte[i],
+                   r->state_change[i]);
+        else
+            printf("%6lld  %8.4f  %9.4f  %12s\n", (long long)r->fused[i], r->loss[i], r->bits_per_byte[i], "-");
+    }
 }
 
 /* {"accuracy": ..., "answers": N, "per_position": [[t, accuracy, answers], ...]} on its own line. */
@@ -82,7 +119,9 @@ int cmd_eval(int argc, char **argv) {
     int64_t threads = 0;
     int json = 0, decode_given = 0;
     dt_dtype weights_type = DT_F32;
-    const char *weights_given = NULL;
+    const char *weights_given = NULL, *feedback_given = NULL, *feedback_passes = NULL;
+    int64_t fused[EVAL_FEEDBACK_MAX_LIST];
+    int n_fused = 0;
     cli_seen seen = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -130,7 +169,14 @@ int cmd_eval(int argc, char **argv) {
             weights_given = v;
             ok = eval_decode_weights_parse(v, &weights_type) == DT_OK;
         } else if (!strcmp(a, "--feedback")) {
+            feedback_given = v;
             ok = eval_feedback_mode_parse(v, &options.feedback) == DT_OK;
+        } else if (!strcmp(a, "--feedback-passes")) {
+            feedback_passes = v;
+            if (eval_feedback_passes_parse(v, fused, &n_fused) != DT_OK) {
+                fprintf(stderr, "dbranch eval: %s\n", dt_error_message());
+                return 2;
+            }
         } else if (!strcmp(a, "--decode")) {
             decode_given = 1;
             if (!strcmp(v, "grouped"))
@@ -170,6 +216,11 @@ int cmd_eval(int argc, char **argv) {
                 weights_given, method ? "--method tf" : "no --prompt-len");
         return 2;
     }
+    if (feedback_passes && (options.prompt_len || method || decode_given || weights_given || feedback_given)) {
+        fprintf(stderr, "dbranch eval: --feedback-passes scores whole windows teacher-forced; drop --prompt-len, "
+                        "--method, --decode, --weights and --feedback\n");
+        return 2;
+    }
     if (threads > 0) k_set_threads((int)threads);
 
     const dt_comm *comm = NULL;
@@ -189,16 +240,22 @@ int cmd_eval(int argc, char **argv) {
     status = eval_decode_weights_init(&weights, &m, weights_type);
     options.decode_weights = &weights;
     eval_loss_result r;
-    if (status == DT_OK) status = eval_loss_run(&m, &data, &options, &r);
+    eval_feedback_passes_result by_passes;
+    if (status == DT_OK && feedback_passes)
+        status = eval_feedback_passes_run(&m, &data, &options, fused, n_fused, &by_passes);
+    else if (status == DT_OK)
+        status = eval_loss_run(&m, &data, &options, &r);
     eval_accuracy_result accuracy = {0};
-    int with_accuracy = status == DT_OK && data.has_answer[options.split];
+    int with_accuracy = status == DT_OK && !feedback_passes && data.has_answer[options.split];
     if (with_accuracy) /* every rank computes it (small record files); rank 0 prints */
         status = eval_accuracy_run(&m, &data, options.split, options.n_windows, options.seq_len, &accuracy);
     if (status == DT_OK && (!comm || comm->rank == 0)) {
         const char *split = options.split == SPLIT_VAL ? "val" : "train";
         const char *how =
             options.method == EVAL_TEACHER_FORCED ? "teacher-forced" : eval_decode_mode_name(options.decode_mode);
-        if (json) {
+        if (feedback_passes) {
+            print_feedback_passes(&by_passes, model_path, data_path, split, json);
+        } else if (json) {
             char branch[32] = "null";
             if (r.has_branch) snprintf(branch, sizeof branch, "%.6f", r.loss_branch);
             printf("{\"model\": \"%s\", \"data\": \"%s\", \"split\": \"%s\", \"method\": \"%s\", \"windows\": %lld, "

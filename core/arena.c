@@ -7,8 +7,7 @@
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 static dt_status add_chunk(dt_arena *arena, size_t capacity) {
-    if (arena->n_chunks == DT_ARENA_MAX_CHUNKS)
-        return dt_errorf("arena: more than %d chunks", DT_ARENA_MAX_CHUNKS);
+    if (arena->n_chunks == DT_ARENA_MAX_CHUNKS) return dt_errorf("arena: more than %d chunks", DT_ARENA_MAX_CHUNKS);
     capacity = round_up(capacity, DT_ARENA_ALIGN);
     void *base = NULL;
     if (posix_memalign(&base, DT_ARENA_ALIGN, capacity) != 0)
@@ -25,7 +24,8 @@ dt_status dt_arena_init(dt_arena *arena, size_t capacity) {
 }
 
 void dt_arena_free(dt_arena *arena) {
-    for (int i = 0; i < arena->n_chunks; i++) free(arena->chunks[i].base);
+    for (int i = 0; i < arena->n_chunks; i++)
+        free(arena->chunks[i].base);
     memset(arena, 0, sizeof *arena);
 }
 
@@ -55,18 +55,21 @@ void *dt_arena_calloc(dt_arena *arena, size_t bytes) {
 void dt_arena_reset(dt_arena *arena) {
     if (arena->n_chunks > 1) {
         /* Fold into one chunk large enough for the peak seen so far. */
-        for (int i = 0; i < arena->n_chunks; i++) free(arena->chunks[i].base);
+        for (int i = 0; i < arena->n_chunks; i++)
+            free(arena->chunks[i].base);
         arena->n_chunks = 0;
         if (add_chunk(arena, arena->peak) != DT_OK) {
             /* Leave the arena empty; the next alloc retries and reports. */
         }
     }
-    for (int i = 0; i < arena->n_chunks; i++) arena->chunks[i].used = 0;
+    for (int i = 0; i < arena->n_chunks; i++)
+        arena->chunks[i].used = 0;
     arena->total_used = 0;
 }
 
 size_t dt_arena_capacity(const dt_arena *arena) {
     size_t total = 0;
-    for (int i = 0; i < arena->n_chunks; i++) total += arena->chunks[i].capacity;
+    for (int i = 0; i < arena->n_chunks; i++)
+        total += arena->chunks[i].capacity;
     return total;
 }

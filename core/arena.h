@@ -23,7 +23,7 @@ typedef struct {
 
 typedef struct {
     dt_arena_chunk chunks[DT_ARENA_MAX_CHUNKS];
-    int n_chunks;   /* chunks in use; chunks[n_chunks-1] is the current one */
+    int n_chunks;      /* chunks in use; chunks[n_chunks-1] is the current one */
     size_t total_used; /* bytes handed out since the last reset (incl. padding) */
     size_t peak;       /* largest total_used ever seen */
     long n_mallocs;    /* chunk allocations over the arena's life */

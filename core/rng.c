@@ -14,7 +14,8 @@ static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 void dt_rng_seed(dt_rng *rng, uint64_t seed) {
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++)
+        rng->s[i] = splitmix64(&x);
     rng->has_spare = 0;
     rng->spare = 0.0;
 }
@@ -38,7 +39,8 @@ uint64_t dt_rng_below(dt_rng *rng, uint64_t n) {
     /* Rejection sampling removes the modulo bias. */
     uint64_t limit = UINT64_MAX - UINT64_MAX % n;
     uint64_t x;
-    do x = dt_rng_next(rng);
+    do
+        x = dt_rng_next(rng);
     while (x >= limit);
     return x % n;
 }
@@ -59,5 +61,6 @@ double dt_rng_normal(dt_rng *rng) {
 }
 
 void dt_rng_fill_normal(dt_rng *rng, float *x, int64_t n, float std) {
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(dt_rng_normal(rng) * std);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(dt_rng_normal(rng) * std);
 }

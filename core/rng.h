@@ -10,7 +10,7 @@
 
 typedef struct {
     uint64_t s[4];
-    int has_spare;       /* a cached second Box-Muller normal is valid */
+    int has_spare; /* a cached second Box-Muller normal is valid */
     double spare;
 } dt_rng;
 

@@ -7,7 +7,8 @@
 
 dt_status dt_tensor_init(dt_tensor *t, dt_dtype dtype, int ndim, const int64_t *shape, void *data) {
     if (ndim < 1 || ndim > DT_MAX_DIMS) return dt_errorf("tensor: %d dims (must be 1..%d)", ndim, DT_MAX_DIMS);
-    if (dtype != DT_F32 && dtype != DT_I32 && dtype != DT_BF16) return dt_errorf("tensor: unknown dtype %d", (int)dtype);
+    if (dtype != DT_F32 && dtype != DT_I32 && dtype != DT_BF16)
+        return dt_errorf("tensor: unknown dtype %d", (int)dtype);
     memset(t, 0, sizeof *t);
     t->dtype = dtype;
     t->ndim = ndim;

@@ -24,11 +24,11 @@ typedef struct dt_tensor {
     dt_dtype dtype;
     int ndim;
     int64_t shape[DT_MAX_DIMS];
-    int64_t size;     /* product of shape */
-    void *data;       /* size elements, contiguous */
-    float *grad;      /* size floats, or NULL while no gradient has flowed here */
-    int requires_grad;/* leaf parameters set this; ops propagate it */
-    int heap_owned;   /* data (and grad) were malloc'ed by dt_tensor_new */
+    int64_t size;             /* product of shape */
+    void *data;               /* size elements, contiguous */
+    float *grad;              /* size floats, or NULL while no gradient has flowed here */
+    int requires_grad;        /* leaf parameters set this; ops propagate it */
+    int heap_owned;           /* data (and grad) were malloc'ed by dt_tensor_new */
     struct ag_node *producer; /* op that produced it; NULL for leaves */
 } dt_tensor;
 
@@ -55,6 +55,7 @@ int dt_same_shape(const dt_tensor *a, const dt_tensor *b);
 const char *dt_shape_str(const dt_tensor *t, char *buf, int buf_size);
 
 /* Convenience shape builders: DT_SHAPE(2, 8, 40) -> (const int64_t[]){2,8,40}, 3 */
-#define DT_SHAPE(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+#define DT_SHAPE(...)                                                                                                  \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { __VA_ARGS__ }
 
 #endif

@@ -17,11 +17,11 @@ typedef enum { TOKENIZER_BYTE = 0, TOKENIZER_BPE = 1, TOKENIZER_EXTERNAL = 2 } d
 
 typedef struct data_tokenizer {
     data_tokenizer_kind kind;
-    int64_t vocab_size;      /* 256 + number of merges */
-    int32_t (*merges)[2];    /* [vocab_size - 256][2]: token 256 + i = merges[i][0] ++ merges[i][1] */
-    uint8_t **token_bytes;   /* [vocab_size] byte string of each token */
-    int32_t *token_length;   /* [vocab_size] */
-    void *internal;          /* encoder lookup structures */
+    int64_t vocab_size;    /* 256 + number of merges */
+    int32_t (*merges)[2];  /* [vocab_size - 256][2]: token 256 + i = merges[i][0] ++ merges[i][1] */
+    uint8_t **token_bytes; /* [vocab_size] byte string of each token */
+    int32_t *token_length; /* [vocab_size] */
+    void *internal;        /* encoder lookup structures */
 } data_tokenizer;
 
 dt_status data_tokenizer_byte(data_tokenizer *tok);

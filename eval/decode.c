@@ -688,6 +688,8 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             k_embedding_forward_range(r->h + row * d.C, data_of(row == 0 ? m->tok_emb : m->branch_tok_emb), &token, 1,
                                       d.C);
             if (m->pos_emb) k_accumulate_range(r->h + row * d.C, data_of(m->pos_emb) + pos * d.C, d.C);
+            if (row == 0 && m->tok_emb2) /* tok_emb_tables = 2: + tok_emb2[x_t], added last as in training */
+                k_accumulate_range(r->h, data_of(m->tok_emb2) + (int64_t)token * d.C, d.C);
             if (row == 0 && s->feedback != EVAL_FEEDBACK_STANDARD) { /* u_t = fuse(h_{t-1}, e_t) */
                 float *e = s->feedback_scratch + 2 * d.C;
                 memcpy(e, r->h, (size_t)d.C * sizeof(float));
@@ -699,6 +701,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         norm(s, x, r->mean, r->rstd, h, m->layers[0].attn_norm, m->layers[0].attn_norm_bias, n_rows, d.C);
     }
     count_weight(s, n_rows * d.C + (m->pos_emb ? d.C : 0)); /* the rows' embedding rows, one pos_emb row for both */
+    if (row0 == 0 && m->tok_emb2) count_weight(s, d.C);     /* the primary row's tok_emb2 row */
     if (row0 == 0 && s->feedback != EVAL_FEEDBACK_STANDARD) count_weight(s, 2 * d.C * d.C + 2 * d.C); /* the fusion */
     const int64_t n_applied = m->arch.n_loop * d.L; /* SPEC §6.6: the stack n_loop times */
     for (int64_t j = 0; j < n_applied; j++) {
@@ -918,6 +921,17 @@ static void prefill_scan(eval_decode_session *s, const int32_t *tokens, int64_t 
     update_alpha(s);
 }
 
+/* tok_emb_tables = 2: rows h [P, C] += tok_emb2[tokens [P]] (the last term of
+ * the input, as in training), counted as read; nothing without the table. */
+static void add_tok_emb2_rows(eval_decode_session *s, float *h, const int32_t *tokens, int64_t P) {
+    const model *m = s->model;
+    if (!m->tok_emb2) return;
+    const int64_t C = m->arch.C;
+    for (int64_t t = 0; t < P; t++)
+        k_accumulate_range(h + t * C, data_of(m->tok_emb2) + (int64_t)tokens[t] * C, C);
+    count_weight(s, P * C);
+}
+
 /* One pass over the prompt: tokens [P] embedded, or (inputs != NULL) the
  * input vectors inputs [P, C] (a feedback pass); all_tops leaves Norm_f of
  * every prompt row in b->x [P, C]. */
@@ -934,6 +948,7 @@ static void prefill_pass(eval_decode_session *s, const int32_t *tokens, int64_t 
     } else {
         k_embedding_forward(b->h, data_of(m->tok_emb), tokens, P, d.C);
         if (m->pos_emb) k_add(b->h, b->h, data_of(m->pos_emb), P * d.C);
+        add_tok_emb2_rows(s, b->h, tokens, P);
         count_weight(s, P * d.C * (m->pos_emb ? 2 : 1));
     }
     if (extra) { /* g = branch.tok_emb[x_{P-1}] (+ pos_emb[P-1]) */

@@ -106,7 +106,7 @@ typedef struct eval_decode_prefill_buffers {
 typedef struct eval_decode_session {
     const model *model;
     eval_decode_mode mode;
-    eval_matvec_path matvec;  /* may be changed between steps */
+    eval_matvec_path matvec; /* may be changed between steps */
     /* The matrices' stored form (eval/decode_weights.h), read by the M <= 2
      * products; NULL (the default): the model's float32 weights. Set before
      * the first prefill; it must outlive the session. */

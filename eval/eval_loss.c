@@ -137,9 +137,7 @@ static dt_status score_window(model *m, data_tokens *data, const eval_loss_optio
     if (status != DT_OK) return dt_error_context("window %lld", (long long)w);
     /* The bytes the scored targets decode to, from each token's byte length
      * (ids are in range: the read checked them); an ids-only tokenizer's are 0. */
-    int64_t n_bytes = 0;
-    for (int64_t t = first; t < T; t++)
-        n_bytes += data->tokenizer.token_length[targets[t]];
+    const int64_t n_bytes = eval_window_bytes(data, targets, first, T);
     out[0] = sc->sum_nll;
     out[1] = sc->sum_primary;
     out[2] = sc->sum_branch;
@@ -149,8 +147,8 @@ static dt_status score_window(model *m, data_tokens *data, const eval_loss_optio
     return DT_OK;
 }
 
-dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o, eval_loss_result *result) {
-    memset(result, 0, sizeof *result);
+dt_status eval_loss_windows(const model *m, const data_tokens *data, const eval_loss_options *o, int64_t *seq_len,
+                            int64_t *n_windows) {
     int64_t T = o->seq_len ? o->seq_len : m->config.block_size;
     /* A record file's windows are its records' first T + 1 tokens, T in a labelled one (data/loader.h). */
     const int64_t shift = data_tokens_target_shift(data, o->split);
@@ -163,7 +161,22 @@ dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o,
     if (available < 1)
         return dt_errorf("%s: the %s split holds fewer than %lld tokens (one window of seq_len + 1)", data->path,
                          o->split == SPLIT_VAL ? "val" : "train", (long long)(T + 1));
-    int64_t n_windows = o->n_windows == 0 || o->n_windows > available ? available : o->n_windows;
+    *seq_len = T;
+    *n_windows = o->n_windows == 0 || o->n_windows > available ? available : o->n_windows;
+    return DT_OK;
+}
+
+int64_t eval_window_bytes(const data_tokens *data, const int32_t *targets, int64_t first, int64_t T) {
+    int64_t n_bytes = 0;
+    for (int64_t t = first; t < T; t++)
+        n_bytes += data->tokenizer.token_length[targets[t]];
+    return n_bytes;
+}
+
+dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o, eval_loss_result *result) {
+    memset(result, 0, sizeof *result);
+    int64_t T, n_windows;
+    if (eval_loss_windows(m, data, o, &T, &n_windows) != DT_OK) return DT_ERR;
     int64_t first = o->prompt_len > 0 ? o->prompt_len - 1 : 0; /* first scored position */
 
     scorer sc = {.config = &m->config};

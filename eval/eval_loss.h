@@ -70,6 +70,15 @@ dt_status eval_forward_window(model *m, ag_ctx *ctx, const int32_t *inputs, int6
 
 eval_loss_options eval_loss_default_options(void);
 
+/* The windows the options select: *seq_len T (the model's block_size, a
+ * record file's record length, or options->seq_len) and *n_windows, after the
+ * checks eval_loss_run makes. */
+dt_status eval_loss_windows(const model *m, const data_tokens *data, const eval_loss_options *options, int64_t *seq_len,
+                            int64_t *n_windows);
+
+/* The bytes the targets first..T-1 decode to (each token's byte length; 0 for an ids-only tokenizer). */
+int64_t eval_window_bytes(const data_tokens *data, const int32_t *targets, int64_t first, int64_t T);
+
 /* Checks the options against the model and the dataset (vocab sizes equal,
  * seq_len <= block_size, 1 <= prompt_len <= seq_len, the split holds a window),
  * then evaluates. */

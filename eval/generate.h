@@ -26,9 +26,9 @@ typedef struct eval_generate_options {
     int64_t top_k;      /* 0: no restriction; K: sample among the K most likely */
     double top_p;       /* 1: no restriction; P in (0, 1): the nucleus (see eval_sample_nucleus) */
     uint64_t seed;
-    eval_decode_mode mode;        /* GROUPED by default; BASELINE samples from the primary alone */
-    eval_feedback_mode feedback;  /* latent feedback decoding (feedback models; standard by default) */
-    eval_generate_timing *timing; /* filled when not NULL */
+    eval_decode_mode mode;              /* GROUPED by default; BASELINE samples from the primary alone */
+    eval_feedback_mode feedback;        /* latent feedback decoding (feedback models; standard by default) */
+    eval_generate_timing *timing;       /* filled when not NULL */
     const eval_decode_weights *weights; /* the decode matrices' stored form (NULL: the model's float32) */
 } eval_generate_options;
 

@@ -91,7 +91,8 @@ void eval_team_serial_end(eval_team *team) {
 void eval_team_for(eval_team *team, int64_t n_items, void (*item)(int64_t i, void *arg), void *arg) {
     if (n_items <= 0) return;
     if (!in_team) {
-        for (int64_t i = 0; i < n_items; i++) item(i, arg);
+        for (int64_t i = 0; i < n_items; i++)
+            item(i, arg);
         return;
     }
     int index;
@@ -182,8 +183,8 @@ void eval_team_matvec(eval_team *team, const eval_matvec_job *jobs, int n_jobs) 
         blocks.first_block[j + 1] = blocks.first_block[j] + (jobs[j].N + BLOCK_ROWS - 1) / BLOCK_ROWS;
         if (jobs[j].K > widest) widest = jobs[j].K;
     }
-    claim_blocks(team, (int)blocks.first_block[n_jobs], BLOCK_ROWS * widest * (int64_t)sizeof(float),
-                 run_blocks_claim, &blocks);
+    claim_blocks(team, (int)blocks.first_block[n_jobs], BLOCK_ROWS * widest * (int64_t)sizeof(float), run_blocks_claim,
+                 &blocks);
 }
 
 typedef struct matvec_pair {

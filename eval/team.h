@@ -57,7 +57,7 @@ int eval_team_leader(void);
  * has finished. Use through EVAL_TEAM_SERIAL. */
 int eval_team_serial_begin(eval_team *team);
 void eval_team_serial_end(eval_team *team);
-#define EVAL_TEAM_SERIAL(team) \
+#define EVAL_TEAM_SERIAL(team)                                                                                         \
     for (int serial_once_ = eval_team_serial_begin(team); serial_once_; eval_team_serial_end(team), serial_once_ = 0)
 
 /* A parallel stage of n_items items: item(i, arg) for every i, spread over the

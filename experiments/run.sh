@@ -30,15 +30,24 @@
 #   recurrent  the Recurrent Transformer (SPEC §6.4) as a language model:
 #              standard vs recurrent llama at 4 and 2 layers, d 128,
 #              char-level kjv1m (the parity test: recurrent/parity.sh)
+#   feedback   latent feedback (SPEC §6.5): the pass mix 1:0.75,2:0.22,3:0.03
+#              against a 1:0.75,2:0.25 control and a one-pass baseline,
+#              llama 4 layers d 64 on kjv bytes, each evaluated at 0..30
+#              fused passes (dbranch eval --feedback-passes)
 #   noise      the noise pilot of issue 16 (experiments/noise/): baseline and
 #              twin pairs at one token budget, each variant changing batch
 #              size, schedule, clipping or width (NOISE_VARIANTS: a subset)
+#   dsweep     the data sweep of issue 16 (experiments/dsweep/): llama with
+#              the paper's recipe on the large BPE corpus at D = 10, 20, 40,
+#              80 tokens per non-embedding parameter (--d "10 20": a subset);
+#              baseline, twin, twin with branch_emb = shared, two summed
+#              token-embedding tables, 2x tokens; compare per arm and D
 #   all        the first four, in that order
 #
 # Usage: experiments/run.sh STUDY [--quick] [--seeds "1 2"] [--tokens N]
 #            [--families "nanogpt llama moe"] [--corpora "kjv pycode"]
 #            [--threads K] [--out DIR] [--data-dir DIR] [--set section.key=value ...]
-#            [--rows "ROW ..."]
+#            [--rows "ROW ..."] [--d "D ..."]
 #   --quick     toy scale (d_model 32, T 32, a few steps): every study in
 #               about a minute, for tests/test_cli_experiments.c; default
 #               --out is then /tmp/dbranch_experiments_quick
@@ -46,6 +55,8 @@
 #               "twice the tokens" row gets 2N)
 #   --families / --corpora restrict the matched study
 #   --set K=V   passed to every `dbranch train` (e.g. train.eval_every=30)
+#   --d "D ..." dsweep only: the D values (tokens per non-embedding
+#               parameter) to train, default "10 20 40 80"
 #   --rows R    train only these rows of the study (the others still appear
 #               in its table from their finished runs): a row added to a
 #               finished study trains alone, whatever --threads the others had
@@ -73,9 +84,9 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0";
 STUDY=$1
 shift
 case "$STUDY" in
-matched | control | ablations | moe | triplu | prism | attnres | recurrent | noise | all) ;;
+matched | control | ablations | moe | triplu | prism | attnres | recurrent | feedback | noise | dsweep | all) ;;
 -h | --help) usage; exit 0 ;;
-*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|prism|attnres|recurrent|noise|all)" >&2; exit 2 ;;
+*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|prism|attnres|recurrent|feedback|noise|dsweep|all)" >&2; exit 2 ;;
 esac
 
 QUICK=0
@@ -102,13 +113,15 @@ while [ $# -gt 0 ]; do
     --set) EXTRA_SETS+=(--set "$2"); shift 2 ;;
     --tables-only) TABLES_ONLY=1; shift ;;
     --rows) ROWS="$2"; shift 2 ;;
+    --d) DSWEEP_D="$2"; shift 2 ;;
     *) echo "run.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
 if [ "$QUICK" = 1 ]; then
     [ -n "$OUT" ] || OUT=/tmp/dbranch_experiments_quick
-    # 12 steps of 4 x 32 tokens: enough to move the loss off ln 256.
-    [ -n "$TOKENS_OVERRIDE" ] || TOKENS_OVERRIDE=1536
+    # 12 steps of 4 x 32 tokens: enough to move the loss off ln 256 (dsweep
+    # budgets by D instead: DSWEEP_PARAMS).
+    [ -n "$TOKENS_OVERRIDE" ] || [ "$STUDY" = dsweep ] || TOKENS_OVERRIDE=1536
 fi
 [ -n "$OUT" ] || OUT="$ROOT/experiments"
 mkdir -p "$OUT"
@@ -191,6 +204,10 @@ BRANCH=(--set model.branch=decode)
 . "$ROOT/experiments/attnres/study.sh"
 # shellcheck source=recurrent/study.sh
 . "$ROOT/experiments/recurrent/study.sh"
+# shellcheck source=feedback/study.sh
+. "$ROOT/experiments/feedback/study.sh"
+# shellcheck source=dsweep/study.sh
+. "$ROOT/experiments/dsweep/study.sh"
 
 case "$STUDY" in
 matched) study_matched ;;
@@ -202,6 +219,8 @@ noise) study_noise ;;
 prism) study_prism ;;
 attnres) study_attnres ;;
 recurrent) study_recurrent ;;
+feedback) study_feedback ;;
+dsweep) study_dsweep ;;
 all) study_matched; study_control; study_ablations; study_moe ;;
 esac
 echo "== done: $OUT" >&2

@@ -24,7 +24,10 @@ dt_status interop_check_exportable(const model_config *c, interop_format format)
     /* SPEC §6 architectures: none of the formats has a name for them */
     if (c->ffn != FFN_DEFAULT)
         return dt_errorf("ffn = %s cannot be exported to %s (no product FFN in its architectures)",
-                         c->ffn == FFN_TRIPLU ? "triplu" : c->ffn == FFN_PROD2 ? "prod2" : "prod4", name);
+                         c->ffn == FFN_TRIPLU  ? "triplu"
+                         : c->ffn == FFN_PROD2 ? "prod2"
+                                               : "prod4",
+                         name);
     if (c->layer_heads[0])
         return dt_errorf("layer_heads = %s cannot be exported to %s (one head count for every layer)", c->layer_heads,
                          name);
@@ -35,6 +38,9 @@ dt_status interop_check_exportable(const model_config *c, interop_format format)
                          (long long)c->n_loop, name);
     if (c->alibi)
         return dt_errorf("alibi = 1 cannot be exported to %s (its architectures position by RoPE or pos_emb)", name);
+    if (c->tok_emb_tables > 1)
+        return dt_errorf("tok_emb_tables = %lld cannot be exported to %s (its architectures have one token embedding)",
+                         (long long)c->tok_emb_tables, name);
     if (c->branch == BRANCH_DECODE && !c->share)
         return dt_errorf("share = off cannot be exported to %s (the branch's own matrices are a second model, "
                          "not side tensors)",

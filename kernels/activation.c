@@ -59,8 +59,8 @@ static inline __m512 exp16(__m512 x) {
 /* gelu_gate on 16 lanes: 1 / (1 + e^(-2u)) */
 static inline __m512 gelu_gate16(__m512 x) {
     const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-    const __m512 two_u = _mm512_mul_ps(_mm512_set1_ps(2.0f * GELU_SQRT_2_OVER_PI),
-                                       _mm512_fmadd_ps(_mm512_set1_ps(GELU_CUBIC), x3, x));
+    const __m512 two_u =
+        _mm512_mul_ps(_mm512_set1_ps(2.0f * GELU_SQRT_2_OVER_PI), _mm512_fmadd_ps(_mm512_set1_ps(GELU_CUBIC), x3, x));
     const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), two_u)));
     const __m512 r = _mm512_rcp14_ps(d);
     return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f))); /* one Newton step */
@@ -68,9 +68,9 @@ static inline __m512 gelu_gate16(__m512 x) {
 
 /* gelu_slope on 16 lanes. */
 static inline __m512 gelu_slope16(__m512 x, __m512 s) {
-    const __m512 du_dx = _mm512_mul_ps(_mm512_set1_ps(GELU_SQRT_2_OVER_PI),
-                                       _mm512_fmadd_ps(_mm512_set1_ps(3.0f * GELU_CUBIC), _mm512_mul_ps(x, x),
-                                                       _mm512_set1_ps(1.0f)));
+    const __m512 du_dx =
+        _mm512_mul_ps(_mm512_set1_ps(GELU_SQRT_2_OVER_PI),
+                      _mm512_fmadd_ps(_mm512_set1_ps(3.0f * GELU_CUBIC), _mm512_mul_ps(x, x), _mm512_set1_ps(1.0f)));
     const __m512 spread =
         _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), x), s), _mm512_sub_ps(_mm512_set1_ps(1.0f), s));
     return _mm512_fmadd_ps(spread, du_dx, s);
@@ -150,7 +150,8 @@ void k_bias_gelu_couple_forward_range(float *out, float *pre, const float *bias,
                 x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(lanes, bias + j));
                 _mm512_mask_storeu_ps(p + j, lanes, x);
             }
-            const __m512 term = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, z + j), _mm512_maskz_loadu_ps(lanes, couple + j));
+            const __m512 term =
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, z + j), _mm512_maskz_loadu_ps(lanes, couple + j));
             _mm512_mask_storeu_ps(y + j, lanes, _mm512_add_ps(_mm512_mul_ps(x, gelu_gate16(x)), term));
         }
 #else
@@ -194,7 +195,8 @@ void k_bias_gelu_backward(float *d_pre, int accumulate, float *d_bias, const flo
                 const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, dy + j), gelu_slope16(xv, s));
                 const __m512 previous = accumulate ? _mm512_maskz_loadu_ps(lanes, dx + j) : _mm512_setzero_ps();
                 _mm512_mask_storeu_ps(dx + j, lanes, _mm512_add_ps(previous, g));
-                _mm512_storeu_ps(column_sum + j, _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
+                _mm512_storeu_ps(column_sum + j,
+                                 _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
             }
 #else
 #pragma omp simd
@@ -207,7 +209,8 @@ void k_bias_gelu_backward(float *d_pre, int accumulate, float *d_bias, const flo
 #endif
         }
         if (d_bias)
-            for (int64_t j = 0; j < width; j++) d_bias[j0 + j] += column_sum[j];
+            for (int64_t j = 0; j < width; j++)
+                d_bias[j0 + j] += column_sum[j];
     }
 }
 
@@ -232,11 +235,11 @@ void k_gelu_recompute_backward(float *hidden, float *d_pre, float *d_bias, const
                 _mm512_mask_storeu_ps(y + j, lanes, _mm512_mul_ps(xv, s));
                 /* a masked product, which GCC does not contract into the FMAs below: g is rounded on
                  * its own, as in k_bias_gelu_backward, so d_pre and d_bias match it bit for bit */
-                const __m512 g = _mm512_maskz_mul_ps(lanes, _mm512_maskz_loadu_ps(lanes, dy + j),
-                                                     gelu_slope16(xv, s));
+                const __m512 g = _mm512_maskz_mul_ps(lanes, _mm512_maskz_loadu_ps(lanes, dy + j), gelu_slope16(xv, s));
                 /* 0 + g, as k_bias_gelu_backward writes it (a -0 gradient comes out +0 there too) */
                 _mm512_mask_storeu_ps(dx + j, lanes, _mm512_add_ps(_mm512_setzero_ps(), g));
-                _mm512_storeu_ps(column_sum + j, _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
+                _mm512_storeu_ps(column_sum + j,
+                                 _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
             }
 #else
 #pragma omp simd
@@ -250,7 +253,8 @@ void k_gelu_recompute_backward(float *hidden, float *d_pre, float *d_bias, const
 #endif
         }
         if (d_bias)
-            for (int64_t j = 0; j < width; j++) d_bias[j0 + j] += column_sum[j];
+            for (int64_t j = 0; j < width; j++)
+                d_bias[j0 + j] += column_sum[j];
     }
 }
 

@@ -9,23 +9,23 @@
 
 #include <stdint.h>
 
-void k_add(float *out, const float *a, const float *b, int64_t n);           /* out = a + b */
+void k_add(float *out, const float *a, const float *b, int64_t n); /* out = a + b */
 void k_add_range(float *out, const float *a, const float *b, int64_t n);
-void k_mul(float *out, const float *a, const float *b, int64_t n);           /* out = a * b */
+void k_mul(float *out, const float *a, const float *b, int64_t n); /* out = a * b */
 void k_mul_range(float *out, const float *a, const float *b, int64_t n);
-void k_scale(float *out, const float *a, float s, int64_t n);                /* out = s * a */
+void k_scale(float *out, const float *a, float s, int64_t n); /* out = s * a */
 void k_scale_range(float *out, const float *a, float s, int64_t n);
-void k_accumulate(float *dst, const float *src, int64_t n);                  /* dst += src */
+void k_accumulate(float *dst, const float *src, int64_t n); /* dst += src */
 void k_accumulate_range(float *dst, const float *src, int64_t n);
-void k_accumulate_scaled(float *dst, const float *src, float s, int64_t n);  /* dst += s * src */
+void k_accumulate_scaled(float *dst, const float *src, float s, int64_t n); /* dst += s * src */
 void k_accumulate_scaled_range(float *dst, const float *src, float s, int64_t n);
 /* d_a += d_out * b ; d_b += d_out * a */
 void k_mul_backward(float *d_a, float *d_b, const float *d_out, const float *a, const float *b, int64_t n);
 
 /* x, out [M,C]; v [C] */
-void k_add_vec(float *out, const float *x, const float *v, int64_t M, int64_t C);  /* out = x + v */
+void k_add_vec(float *out, const float *x, const float *v, int64_t M, int64_t C); /* out = x + v */
 void k_add_vec_range(float *out, const float *x, const float *v, int64_t rows, int64_t C);
-void k_mul_vec(float *out, const float *x, const float *v, int64_t M, int64_t C);  /* out = x * v */
+void k_mul_vec(float *out, const float *x, const float *v, int64_t M, int64_t C); /* out = x * v */
 void k_mul_vec_range(float *out, const float *x, const float *v, int64_t rows, int64_t C);
 /* out [M,C] += y [M,C] * v [C] (a coupling term added in place) */
 void k_accumulate_mul_vec(float *out, const float *y, const float *v, int64_t M, int64_t C);

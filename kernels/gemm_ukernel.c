@@ -50,8 +50,8 @@
 /* C [m,n] (row stride rs_c, column stride cs_c) = alpha * A·B + beta * C, with
  * A the packed MR x k micro-panel (a[p*MR + i]) and B the packed k x NR
  * micro-panel (b[p*NR + j]). beta == 0 never reads C. */
-static void sgemm_avx512_24x16(dim_t m, dim_t n, dim_t k, float *restrict alpha, float *restrict a,
-                               float *restrict b, float *restrict beta, float *restrict c, inc_t rs_c, inc_t cs_c,
+static void sgemm_avx512_24x16(dim_t m, dim_t n, dim_t k, float *restrict alpha, float *restrict a, float *restrict b,
+                               float *restrict beta, float *restrict c, inc_t rs_c, inc_t cs_c,
                                auxinfo_t *restrict data, cntx_t *restrict cntx) {
     (void)data;
     (void)cntx;
@@ -126,7 +126,9 @@ static inline void transpose_16x16(__m512 r[16]) {
     }
 }
 
-static inline __mmask16 lane_mask(int64_t lanes) { return lanes >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1u); }
+static inline __mmask16 lane_mask(int64_t lanes) {
+    return lanes >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1u);
+}
 
 /* One micro-panel of mnr (a multiple of 8, at most 32) rows; see above. */
 static inline void pack_panel(int mnr, dim_t cdim, dim_t n, dim_t n_max, float kappa, const float *restrict a,
@@ -158,12 +160,15 @@ static inline void pack_panel(int mnr, dim_t cdim, dim_t n, dim_t n_max, float k
         }
     } else {
         for (dim_t j = 0; j < n; j++) {
-            for (dim_t i = 0; i < cdim; i++) p[j * ldp + i] = kappa * a[i * inca + j * lda];
-            for (dim_t i = cdim; i < mnr; i++) p[j * ldp + i] = 0.0f;
+            for (dim_t i = 0; i < cdim; i++)
+                p[j * ldp + i] = kappa * a[i * inca + j * lda];
+            for (dim_t i = cdim; i < mnr; i++)
+                p[j * ldp + i] = 0.0f;
         }
     }
     for (dim_t j = n; j < n_max; j++)
-        for (int i = 0; i < mnr; i++) p[j * ldp + i] = 0.0f;
+        for (int i = 0; i < mnr; i++)
+            p[j * ldp + i] = 0.0f;
 }
 
 /* BLIS packm kernels for panels of UK_MR (A) and UK_NR (B) rows. */

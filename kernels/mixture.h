@@ -13,9 +13,8 @@
 #include <stdint.h>
 
 /* logits_p, logits_q [M,V]; targets [M]; outputs nll, alpha, ce_p, ce_q [M] (ce_p/ce_q may be NULL). */
-void k_mixture_forward(float *nll, float *alpha, float *ce_p, float *ce_q, const float *logits_p,
-                       const float *logits_q, const int32_t *targets, int64_t M, int64_t V, float alpha_min,
-                       float alpha_max);
+void k_mixture_forward(float *nll, float *alpha, float *ce_p, float *ce_q, const float *logits_p, const float *logits_q,
+                       const int32_t *targets, int64_t M, int64_t V, float alpha_min, float alpha_max);
 
 /* alpha alone (logits-only forwards, decode), the same numbers as
  * k_mixture_forward's alpha. One implementation for training, evaluation and

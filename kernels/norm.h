@@ -18,8 +18,8 @@
 
 /* in, out [M,C]; weight, bias [C]; mean, rstd [M] (saved for backward).
  * out = (in - mean) * rstd * weight + bias, rstd = 1/sqrt(biased var + eps) */
-void k_layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *weight,
-                         const float *bias, int64_t M, int64_t C, float eps);
+void k_layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *weight, const float *bias,
+                         int64_t M, int64_t C, float eps);
 /* core: in, out [rows,C]; mean, rstd [rows] */
 void k_layernorm_forward_range(float *out, float *mean, float *rstd, const float *in, const float *weight,
                                const float *bias, int64_t rows, int64_t C, float eps);

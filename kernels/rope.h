@@ -11,8 +11,7 @@ void k_rope_table(float *table, int64_t n_pos, int64_t head_dim, double theta);
 
 /* x [B,T,n_head*head_dim], rotated in place; row t of each batch uses position pos0 + t.
  * table covers positions up to pos0 + T - 1. */
-void k_rope_forward(float *x, const float *table, int64_t B, int64_t T, int64_t pos0, int64_t n_head,
-                    int64_t head_dim);
+void k_rope_forward(float *x, const float *table, int64_t B, int64_t T, int64_t pos0, int64_t n_head, int64_t head_dim);
 /* core (kernels/norm.h names the scheme): x [rows, n_head*head_dim], row r at
  * position pos0 + r; n_head may be a subset of a row's heads (decode rotates
  * the heads of one kv group). */

@@ -26,8 +26,8 @@ void k_cross_entropy_backward(float *d_logits, const float *d_losses, const floa
 /* The same pair with the forward's row statistics kept for the backward, so
  * it does not recompute them: stats [M,2] holds each row's max and
  * log sum exp(x - max) (the forward's stats may be NULL). */
-void k_cross_entropy_forward_stats(float *losses, float *stats, const float *logits, const int32_t *targets,
-                                   int64_t M, int64_t V);
+void k_cross_entropy_forward_stats(float *losses, float *stats, const float *logits, const int32_t *targets, int64_t M,
+                                   int64_t V);
 void k_cross_entropy_forward_stats_range(float *losses, float *stats, const float *logits, const int32_t *targets,
                                          int64_t rows, int64_t V);
 void k_cross_entropy_backward_stats(float *d_logits, const float *d_losses, const float *logits, const float *stats,

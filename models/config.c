@@ -527,6 +527,12 @@ static dt_status check_options(const model_config *c) {
                          exclusive[0], exclusive[1]);
     if (c->branch == BRANCH_DECODE && (c->feedback || c->n_loop > 1))
         return dt_errorf("%s is not defined with branch = decode", c->feedback ? "feedback = 1" : "n_loop > 1");
+    /* The second table is a baseline's stand-in for branch.tok_emb (a control
+     * arm); latent feedback fuses e_t, and its decode keeps one table. */
+    if (c->tok_emb_tables > 1 && (c->branch == BRANCH_DECODE || c->feedback))
+        return dt_errorf("tok_emb_tables = %lld is not defined with %s (the second table is a baseline's stand-in "
+                         "for branch.tok_emb)",
+                         (long long)c->tok_emb_tables, c->branch == BRANCH_DECODE ? "branch = decode" : "feedback = 1");
     if (check_layer_head_shapes(c) != DT_OK) return DT_ERR;
     if (c->attn_res == ATTN_RES_BLOCK && (c->attn_res_blocks < 1 || (2 * c->n_layer) % c->attn_res_blocks))
         return dt_errorf("attn_res_blocks = %lld must divide the 2*n_layer = %lld sublayers (attn_res = block)",

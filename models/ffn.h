@@ -98,7 +98,7 @@ typedef struct model_row_exec {
     /* One thread runs the section (returns 1), then calls serial_end. */
     int (*serial_begin)(void *self);
     void (*serial_end)(void *self);
-    void (*count_expert)(void *self);                /* one expert run (traffic counters) */
+    void (*count_expert)(void *self);                 /* one expert run (traffic counters) */
     void (*count_vector)(void *self, int64_t floats); /* a vector read outside the products (traffic counters) */
 } model_row_exec;
 

@@ -17,7 +17,7 @@
 /* Marks for add_param: what the optimizer needs to know. */
 enum { PLAIN = 0, MATRIX = 1, EMBEDDING = 2 };
 
-/* Upper bound of the parameter count: 6 model-level tensors, and per layer
+/* Upper bound of the parameter count: 7 model-level tensors, and per layer
  * 4 norm tensors, 8 attention tensors, MODEL_FFN_SLOTS FFN tensors, 3
  * coupling vectors, 4 attention-residual vectors and the share = off copies
  * (4 attention + FFN); 2 more model-level vectors for attn_res, 3 DiscoLoop
@@ -183,6 +183,12 @@ dt_status model_create(model *m, const model_config *config) {
 
     /* Primary path, SPEC §3 order. */
     m->tok_emb = param(&b, PARAM_PRIMARY, EMBEDDING, MODEL_INIT_NORMAL, DT_SHAPE(V, C), "", -1, "tok_emb.weight");
+    /* The capacity control (tok_emb_tables = 2, not in SPEC §3): a second
+     * table summed at the input, starting at zero so the input starts as the
+     * baseline's, bit for bit at the same seed (a zero fill draws nothing, so
+     * every other tensor starts as the baseline's too; docs/DECISIONS.md). */
+    if (a->tok_emb_tables == 2)
+        m->tok_emb2 = param(&b, PARAM_PRIMARY, EMBEDDING, MODEL_INIT_ZERO, DT_SHAPE(V, C), "", -1, "tok_emb2.weight");
     if (a->position->learned_table)
         m->pos_emb =
             param(&b, PARAM_PRIMARY, EMBEDDING, MODEL_INIT_NORMAL, DT_SHAPE(a->T_max, C), "", -1, "pos_emb.weight");

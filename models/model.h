@@ -48,7 +48,7 @@ typedef struct model_param {
     dt_tensor *tensor;       /* view into params_memory / grads_memory, requires_grad */
     model_param_group group; /* primary path or branch-only */
     int is_matrix;           /* 2-D (or expert 3-D) weight: weight decay / Muon apply */
-    int is_embedding;        /* tok_emb, pos_emb, branch.tok_emb, lm_head */
+    int is_embedding;        /* tok_emb, tok_emb2, pos_emb, branch.tok_emb, lm_head */
     model_init_kind init;    /* how model_init_weights draws it */
 } model_param;
 
@@ -58,6 +58,7 @@ typedef struct model {
     model_param *params; /* in SPEC §3 order */
     int n_params;
     dt_tensor *tok_emb;                      /* [V,C] */
+    dt_tensor *tok_emb2;                     /* [V,C] tok_emb_tables = 2: added to tok_emb at the input; else NULL */
     dt_tensor *pos_emb;                      /* [T_max,C] nanogpt */
     dt_tensor *final_norm, *final_norm_bias; /* [C] */
     dt_tensor *lm_head;                      /* [V,C]; == tok_emb when tied */
@@ -117,5 +118,12 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
  * application of every MoE layer). passes > 1 needs feedback = 1. */
 dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *targets,
                                  const model_feedback_run *run, model_outputs *out);
+/* One pass of latent feedback, for evaluating by passes (eval/feedback_passes.h):
+ * tokens int32 [B,T]; top_prev NULL (the plain pass) or the previous pass's
+ * top state [B,T,C], fused with no jitter and no prefix mixin -> *logits
+ * [B,T,V] and *top [B,T,C] (this pass's Norm_f(h_L)), both in ctx. Pass k of
+ * model_forward_feedback's K-pass forward is this pass fed pass k-1's top. */
+dt_status model_forward_feedback_pass(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *top_prev, dt_tensor **logits,
+                                      dt_tensor **top);
 
 #endif

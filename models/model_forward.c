@@ -209,6 +209,13 @@ static dt_tensor *embed_forward(ag_ctx *ctx, const model *m, dt_tensor *table, d
     return ag_embedding(ctx, table, tokens);
 }
 
+/* The primary path's input: tok_emb[x] (+ pos_emb[t]) (+ tok_emb2[x] with
+ * tok_emb_tables = 2, added last, as the decode step adds it). [B,T] -> [B,T,C]. */
+static dt_tensor *primary_embed_forward(ag_ctx *ctx, const model *m, dt_tensor *tokens, dt_tensor *positions) {
+    dt_tensor *e = embed_forward(ctx, m, m->tok_emb, tokens, positions);
+    return m->tok_emb2 ? ag_add(ctx, e, ag_embedding(ctx, m->tok_emb2, tokens)) : e; /* ag_add passes a NULL on */
+}
+
 /* Tokens or targets: int32 [B,T] with every id in [0, V). */
 static dt_status check_ids(const model *m, const dt_tensor *ids, const char *what) {
     if (ids->dtype != DT_I32 || ids->ndim != 2) {
@@ -281,6 +288,16 @@ static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets
     return DT_OK;
 }
 
+/* Pass k of latent feedback (SPEC §6.5) on the embeddings e [B,T,C]: plain
+ * (top_prev NULL) or fused from the previous pass's top state top_prev
+ * [B,T,C] -> logits [B,T,V], and *top [B,T,C] this pass's top state. */
+static dt_tensor *feedback_pass(ag_ctx *ctx, const model *m, dt_tensor *e, dt_tensor *top_prev,
+                                const model_feedback_run *run, int64_t k, model_primary_state *states,
+                                model_ffn_balance *balance, dt_tensor **top) {
+    dt_tensor *u = top_prev ? model_feedback_fuse(ctx, m, top_prev, e, run, k) : e;
+    return head_forward(ctx, m, stack_forward(ctx, m, ROLE_PRIMARY, u, states, balance), top);
+}
+
 /* The K passes of latent feedback (SPEC §6.5) on the embeddings e [B,T,C]:
  * logits_primary and loss_primary are pass K's, and with targets the
  * objective CE(1) + lambda/(K-1) sum_{k>=2} CE(k) (+ the aux term over every
@@ -292,9 +309,7 @@ static dt_status feedback_forward(ag_ctx *ctx, const model *m, dt_tensor *e, dt_
     out->passes = K;
     if (targets && !(out->loss_passes = ag_scratch(ctx, (size_t)K * sizeof *out->loss_passes))) return DT_ERR;
     for (int64_t k = 1; k <= K; k++) {
-        dt_tensor *u = k == 1 ? e : model_feedback_fuse(ctx, m, top, e, run, k);
-        dt_tensor *h = stack_forward(ctx, m, ROLE_PRIMARY, u, states, balance);
-        out->logits_primary = head_forward(ctx, m, h, &top);
+        out->logits_primary = feedback_pass(ctx, m, e, k == 1 ? NULL : top, run, k, states, balance, &top);
         if (!out->logits_primary) return DT_ERR;
         if (!targets) continue;
         dt_tensor *ce = ag_mean(ctx, ag_cross_entropy(ctx, out->logits_primary, targets));
@@ -325,16 +340,18 @@ dt_status model_forward(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *tar
     return model_forward_feedback(m, ctx, tokens, targets, NULL, out);
 }
 
-dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *targets,
-                                 const model_feedback_run *run, model_outputs *out) {
-    memset(out, 0, sizeof *out);
-    const model_feedback_run plain = model_feedback_plain();
-    if (!run) run = &plain;
-    const int64_t K = run->passes > 0 ? run->passes : 1;
-    if (K > MODEL_FEEDBACK_MAX_PASSES)
-        return dt_errorf("model_forward: %lld feedback passes (at most %d)", (long long)K, MODEL_FEEDBACK_MAX_PASSES);
-    if (K > 1 && !m->config.feedback)
-        return dt_errorf("model_forward: %lld feedback passes need a model with feedback = 1", (long long)K);
+/* What every forward sets up: the tokens (and targets) checked against the
+ * model, the learned positions (nanogpt), the per-layer states, and the MoE
+ * balance arrays for `applications` applications of each layer. */
+typedef struct forward_setup {
+    dt_tensor *positions;        /* int32 [B,T]: t at every (b, t); NULL without a learned table */
+    model_primary_state *states; /* [n_layer] */
+    model_ffn_balance balance;
+} forward_setup;
+
+static dt_status forward_begin(const model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *targets, int64_t applications,
+                               forward_setup *s) {
+    memset(s, 0, sizeof *s);
     const model_config *c = &m->config;
     if (!tokens) return dt_errorf("model_forward: no tokens");
     if (check_ids(m, tokens, "token") != DT_OK) return DT_ERR;
@@ -350,34 +367,69 @@ dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_te
                              dt_shape_str(tokens, b, sizeof b));
         }
     }
+    if (m->arch.position->learned_table) {
+        s->positions = ag_tensor(ctx, DT_I32, DT_SHAPE(B, T));
+        if (!s->positions) return DT_ERR;
+        for (int64_t i = 0; i < B * T; i++)
+            dt_i32(s->positions)[i] = (int32_t)(i % T);
+    }
+    s->states = ag_scratch(ctx, (size_t)c->n_layer * sizeof *s->states);
+    if (!s->states) return DT_ERR;
+    memset(s->states, 0, (size_t)c->n_layer * sizeof *s->states);
+    if (m->arch.n_expert > 0) { /* one balance term per application of each MoE layer (n_loop or feedback passes) */
+        const int64_t terms = applications * c->n_layer;
+        s->balance.fractions = ag_scratch(ctx, (size_t)terms * sizeof *s->balance.fractions);
+        s->balance.mean_probs = ag_scratch(ctx, (size_t)(terms * c->n_expert) * sizeof *s->balance.mean_probs);
+        if (!s->balance.fractions || !s->balance.mean_probs) return DT_ERR;
+    }
+    return DT_OK;
+}
+
+dt_status model_forward_feedback_pass(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *top_prev, dt_tensor **logits,
+                                      dt_tensor **top) {
+    *logits = *top = NULL;
+    if (top_prev && !m->config.feedback)
+        return dt_errorf("model_forward: a feedback pass needs a model with feedback = 1");
+    forward_setup s;
+    if (forward_begin(m, ctx, tokens, NULL, 1, &s) != DT_OK) return DT_ERR;
+    if (top_prev && (top_prev->dtype != DT_F32 || top_prev->ndim != 3 || top_prev->shape[0] != tokens->shape[0] ||
+                     top_prev->shape[1] != tokens->shape[1] || top_prev->shape[2] != m->config.d_model)) {
+        char buf[64];
+        return dt_errorf("model_forward: the previous top state must be float32 [B, T, C] of the tokens' B, T, got %s",
+                         dt_shape_str(top_prev, buf, sizeof buf));
+    }
+    const model_feedback_run run = model_feedback_plain(); /* no jitter, no prefix mixin: the pass index is unused */
+    dt_tensor *e = primary_embed_forward(ctx, m, tokens, s.positions);
+    *logits = feedback_pass(ctx, m, e, top_prev, &run, 2, s.states, &s.balance, top);
+    return *logits && *top ? DT_OK : DT_ERR;
+}
+
+dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_tensor *targets,
+                                 const model_feedback_run *run, model_outputs *out) {
+    memset(out, 0, sizeof *out);
+    const model_feedback_run plain = model_feedback_plain();
+    if (!run) run = &plain;
+    const int64_t K = run->passes > 0 ? run->passes : 1;
+    if (K > MODEL_FEEDBACK_MAX_PASSES)
+        return dt_errorf("model_forward: %lld feedback passes (at most %d)", (long long)K, MODEL_FEEDBACK_MAX_PASSES);
+    if (K > 1 && !m->config.feedback)
+        return dt_errorf("model_forward: %lld feedback passes need a model with feedback = 1", (long long)K);
+    const model_config *c = &m->config;
+    const int64_t n_loop = m->arch.n_loop;
+    forward_setup s;
+    if (forward_begin(m, ctx, tokens, targets, K * n_loop, &s) != DT_OK) return DT_ERR;
+    dt_tensor *positions = s.positions;
+    model_primary_state *states = s.states;
+    model_ffn_balance balance = s.balance;
     const int has_branch = c->branch == BRANCH_DECODE;
 
-    dt_tensor *positions = NULL; // int32 [B,T]: t at every (b, t)
-    if (m->arch.position->learned_table) {
-        positions = ag_tensor(ctx, DT_I32, DT_SHAPE(B, T));
-        if (!positions) return DT_ERR;
-        for (int64_t i = 0; i < B * T; i++)
-            dt_i32(positions)[i] = (int32_t)(i % T);
-    }
-    model_primary_state *states = ag_scratch(ctx, (size_t)c->n_layer * sizeof *states);
-    if (!states) return DT_ERR;
-    memset(states, 0, (size_t)c->n_layer * sizeof *states);
-
     /* Primary path (SPEC §1). */
-    model_ffn_balance balance = {0};
-    const int64_t n_loop = m->arch.n_loop;
-    if (m->arch.n_expert > 0) { /* one balance term per application of each MoE layer (n_loop or feedback passes) */
-        const int64_t terms = K * n_loop * c->n_layer;
-        balance.fractions = ag_scratch(ctx, (size_t)terms * sizeof *balance.fractions);
-        balance.mean_probs = ag_scratch(ctx, (size_t)(terms * c->n_expert) * sizeof *balance.mean_probs);
-        if (!balance.fractions || !balance.mean_probs) return DT_ERR;
-    }
     if (c->feedback) /* no branch with feedback (SPEC §6) */
-        return feedback_forward(ctx, m, embed_forward(ctx, m, m->tok_emb, tokens, positions), targets, run, K, states,
+        return feedback_forward(ctx, m, primary_embed_forward(ctx, m, tokens, positions), targets, run, K, states,
                                 &balance, out);
     /* SPEC §6.6: the stack applied n_loop times with the same weights (each
      * application its own K/V), DiscoLoop between applications. */
-    dt_tensor *h = embed_forward(ctx, m, m->tok_emb, tokens, positions);
+    dt_tensor *h = primary_embed_forward(ctx, m, tokens, positions);
     for (int64_t k = 0; k < n_loop; k++) {
         h = stack_forward(ctx, m, ROLE_PRIMARY, h, states, &balance);
         if (k + 1 < n_loop && m->arch.disco) h = model_disco_forward(ctx, m, h, head_forward(ctx, m, h, NULL));

@@ -100,11 +100,12 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     /* the final norm, and with attn_res the final route's query and norm weight */
     const int64_t final_norm = (a->norm->has_bias ? 2 * C : C) + (a->routed ? 2 * C : 0);
     const int64_t head = V * C;
-    const int64_t emb_rows = a->position->learned_table ? 2 * C : C; /* tok_emb row (+ pos_emb row) */
+    const int64_t tables = a->tok_emb_tables; /* tok_emb (+ tok_emb2): rows read and tables held */
+    const int64_t emb_rows = tables * C + (a->position->learned_table ? C : 0); /* tok_emb row(s) (+ pos_emb row) */
 
     /* SPEC §6.6: DiscoLoop's norm weight and learned gate */
     const int64_t disco_params = a->disco ? C + (a->disco_gate_learned ? C + 1 : 0) : 0;
-    info->other_params_primary = V * C + (a->position->learned_table ? a->T_max * C : 0) + final_norm +
+    info->other_params_primary = tables * V * C + (a->position->learned_table ? a->T_max * C : 0) + final_norm +
                                  (a->tie_embeddings ? 0 : head) + disco_params;
     info->other_params_branch = a->branch_own_emb ? V * C : 0;
     info->feedback_params = c.feedback ? 2 * C * C + 2 * C : 0;
@@ -128,7 +129,7 @@ dt_status model_info_compute(const model_config *config, int64_t context, model_
     }
     info->experts_baseline = E ? k : 0;
     /* training: embeddings, final norm and logits per token; the untied head's parameters */
-    info->train_flop_params = (double)(V * C + final_norm + (a->tie_embeddings ? 0 : head));
+    info->train_flop_params = (double)(tables * V * C + final_norm + (a->tie_embeddings ? 0 : head));
     info->train_flop_params_branch = branch ? (double)head + (c.share ? (double)final_norm : 0.0) : 0.0;
     const double head_activations = (double)(C + C + a->norm->stats_rows + V);
     info->activation_floats = head_activations;

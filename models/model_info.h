@@ -22,7 +22,7 @@ typedef struct model_info {
     int64_t params_total;
     int64_t layer_params_primary; /* one layer (all layers are alike) */
     int64_t layer_params_branch;  /* one layer: coupling vectors + share = off copies */
-    int64_t other_params_primary; /* outside the layers: tok_emb, pos_emb, final_norm, lm_head */
+    int64_t other_params_primary; /* outside the layers: tok_emb (+ tok_emb2), pos_emb, final_norm, lm_head */
     int64_t other_params_branch;  /* outside the layers: branch.tok_emb */
 
     /* Matrix parameters one token multiplies through (MoE: router + the

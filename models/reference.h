@@ -15,7 +15,7 @@ typedef struct model_reference_line {
     double scale;         /* what the error is measured against (SPEC §5) */
     double tolerance;     /* relative tolerance: 1e-5 losses, 1e-4 tensors */
     int pass;
-    char note[96];        /* why a line failed without numbers ("no /ref/grads entry", ...) or "" */
+    char note[96]; /* why a line failed without numbers ("no /ref/grads entry", ...) or "" */
 } model_reference_line;
 
 typedef struct model_reference_report {

@@ -41,8 +41,10 @@ static dt_tensor *param(uint64_t seed, float std, int ndim, const int64_t *shape
 }
 
 static void free_case(fused_case *c) {
-    for (int i = 0; i < 6; i++) dt_tensor_free(c->t[i]);
-    for (int i = 0; i < 2; i++) dt_tensor_free(c->ids[i]);
+    for (int i = 0; i < 6; i++)
+        dt_tensor_free(c->t[i]);
+    for (int i = 0; i < 2; i++)
+        dt_tensor_free(c->ids[i]);
 }
 
 static void check(const char *what, gradcheck_build_fn build, fused_case *c) {
@@ -144,7 +146,8 @@ Test(fused, embedding_pos_gradients) {
         dt_i32(c.ids[1])[i] = i % 4;
     }
     check("embedding_pos", build_embedding_pos, &c);
-    for (int i = 7 * 5; i < 9 * 5; i++) cr_assert_eq(c.t[0]->grad[i], 0.0f, "an unused row got gradient");
+    for (int i = 7 * 5; i < 9 * 5; i++)
+        cr_assert_eq(c.t[0]->grad[i], 0.0f, "an unused row got gradient");
     free_case(&c);
 }
 
@@ -211,14 +214,16 @@ Test(fused, forwards_equal_the_unfused_ops_bit_for_bit) {
     for (int64_t i = 0; i < 300; i += 37)
         for (int64_t j = 0; j < 80; j += 7) {
             double pre = dt_f32(fc_bias)[j];
-            for (int64_t k = 0; k < 96; k++) pre += (double)dt_f32(x)[i * 96 + k] * dt_f32(fc)[j * 96 + k];
+            for (int64_t k = 0; k < 96; k++)
+                pre += (double)dt_f32(x)[i * 96 + k] * dt_f32(fc)[j * 96 + k];
             const double expected = 0.5 * pre * (1.0 + tanh(sqrt(2.0 / M_PI) * (pre + 0.044715 * pre * pre * pre)));
-            cr_assert(fabs(h[i * 80 + j] - expected) <= 1e-5 * (1.0 + fabs(expected)), "linear_gelu (%ld,%ld)",
-                      (long)i, (long)j);
+            cr_assert(fabs(h[i * 80 + j] - expected) <= 1e-5 * (1.0 + fabs(expected)), "linear_gelu (%ld,%ld)", (long)i,
+                      (long)j);
         }
     dt_tensor *table = param(27, 1.0f, DT_SHAPE(11, 96)), *positions_table = param(28, 1.0f, DT_SHAPE(5, 96));
     dt_tensor *tokens = dt_tensor_new(DT_I32, DT_SHAPE(4, 5)), *positions = dt_tensor_new(DT_I32, DT_SHAPE(4, 5));
-    for (int i = 0; i < 20; i++) dt_i32(tokens)[i] = (i * 3) % 11, dt_i32(positions)[i] = i % 5;
+    for (int i = 0; i < 20; i++)
+        dt_i32(tokens)[i] = (i * 3) % 11, dt_i32(positions)[i] = i % 5;
     assert_same_floats(ag_embedding_pos(&ctx, table, tokens, positions_table, positions),
                        ag_add(&ctx, ag_embedding(&ctx, table, tokens), ag_embedding(&ctx, positions_table, positions)),
                        "embedding_pos");
@@ -238,7 +243,8 @@ Test(fused, forwards_equal_the_unfused_ops_bit_for_bit) {
     cr_assert_null(ag_mlp_gelu(&ctx, residual, x, fc, fc_bias, fc, NULL));
     cr_assert(strstr(dt_error_message(), "mlp_gelu"), "%s", dt_error_message());
     dt_tensor *list[] = {residual, x, fc, fc_bias, proj, proj_bias, wo, table, positions_table, tokens, positions};
-    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) dt_tensor_free(list[i]);
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
+        dt_tensor_free(list[i]);
     k_set_threads(1);
 }
 
@@ -278,8 +284,7 @@ Test(fused, backward_hands_activation_gradients_back) {
      * values) adds exactly the same gradient again. */
     float once = x->grad[5];
     cr_assert_eq(ag_backward(&ctx, loss), DT_OK);
-    cr_assert(fabsf(x->grad[5] - 2.0f * once) <= 1e-6f * fabsf(once), "%g vs 2 * %g", (double)x->grad[5],
-              (double)once);
+    cr_assert(fabsf(x->grad[5] - 2.0f * once) <= 1e-6f * fabsf(once), "%g vs 2 * %g", (double)x->grad[5], (double)once);
     dt_tensor_free(x);
 }
 
@@ -298,7 +303,8 @@ Test(fused, grad_for_write_and_temp_buffers) {
     cr_assert_null(t->grad);
     float *zeroed = ag_grad(&ctx, t);
     cr_assert(zeroed == g, "the handed-back buffer is reused");
-    for (int i = 0; i < 30; i++) cr_assert_eq(zeroed[i], 0.0f, "ag_grad zero-fills a reused buffer");
+    for (int i = 0; i < 30; i++)
+        cr_assert_eq(zeroed[i], 0.0f, "ag_grad zero-fills a reused buffer");
     /* temp buffers share the pool: a smaller request reuses a released larger one */
     float *big = ag_temp(&ctx, 1000);
     cr_assert_not_null(big);

@@ -4,8 +4,8 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
-#include "models/model.h"
 #include "bench/bench_train.h"
+#include "models/model.h"
 
 static model make(model_config c) {
     cr_assert_eq(model_config_validate(&c), DT_OK, "%s", dt_error_message());
@@ -52,7 +52,8 @@ Test(bench_train, decode_branch_adds_its_trajectory) {
     const double couple = C + 4 * C + C;
     bench_train_cost cost;
     bench_train_cost_of(&m, 4, (int64_t)T, &cost);
-    cr_assert_eq(cost.params_total, (int64_t)(primary + V * C + L * couple), "+ branch.tok_emb and the coupling vectors");
+    cr_assert_eq(cost.params_total, (int64_t)(primary + V * C + L * couple),
+                 "+ branch.tok_emb and the coupling vectors");
     cr_assert_eq(cost.params_flop, (int64_t)(primary - T * C));
     /* the branch applies norms, wq, wo, fc, proj (not wk, wv), its coupling vectors and the head */
     const double branch_layer = primary_layer - 2 * (C * C + C) + couple;

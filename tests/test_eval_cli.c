@@ -1,7 +1,8 @@
 /* The eval commands end to end through the dbranch binary (env
  * DBRANCH_BINARY): `eval`, `generate` and `bench decode` succeed on small
  * files, and bad inputs (missing model, vocabulary mismatch, missing
- * tokenizer) exit non-zero with one "dbranch CMD: message" line. */
+ * tokenizer, --feedback-passes without feedback) exit non-zero with one
+ * "dbranch CMD: message" line. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,9 @@ static void setup(void) { test_scratch_dir(dir, sizeof dir, "eval_cli"); }
 static void teardown(void) { test_remove_dir(dir); }
 
 /* Runs `dbranch ARGS` on one thread; returns the exit code, stdout/stderr in *out, *err (caller frees). */
-static int run(const char *args, char **out, char **err) { return test_run_dbranch("OMP_NUM_THREADS=1", args, out, err); }
+static int run(const char *args, char **out, char **err) {
+    return test_run_dbranch("OMP_NUM_THREADS=1", args, out, err);
+}
 
 static void write_model(const char *name, const char *spec, char *path, size_t size) {
     snprintf(path, size, "%s/%s", dir, name);
@@ -39,7 +42,8 @@ static void write_data(char *path, size_t size) {
     const char *text = "the quick brown fox jumps over the lazy dog; the dog sleeps while the fox runs away.";
     int64_t n = (int64_t)strlen(text);
     int32_t tokens[128];
-    for (int64_t i = 0; i < n; i++) tokens[i] = (uint8_t)text[i];
+    for (int64_t i = 0; i < n; i++)
+        tokens[i] = (uint8_t)text[i];
     cr_assert(data_tokens_write(path, &tok, tokens, n, tokens, n, "test") == DT_OK, "%s", dt_error_message());
     data_tokenizer_free(&tok);
 }
@@ -171,6 +175,41 @@ Test(eval_cli, bench_decode_json) {
     free(err);
     snprintf(args, sizeof args, "bench decode --prompt-len 4");
     cr_expect_neq(run(args, &out, &err), 0);
+    free(out);
+    free(err);
+}
+
+/* --feedback-passes: the N = 0 figure is the plain eval's; a model without
+ * feedback and a bad list each get one error line. */
+Test(eval_cli, eval_feedback_passes) {
+    char model_path[512], data_path[512], args[1600], *out, *err;
+    write_data(data_path, sizeof data_path);
+    write_model("fb.h5", "family=llama vocab_size=256 block_size=16 n_layer=1 n_head=2 d_model=16 feedback=1",
+                model_path, sizeof model_path);
+    snprintf(args, sizeof args, "eval --model %s --data %s --json", model_path, data_path);
+    cr_assert_eq(run(args, &out, &err), 0, "stderr: %s", err);
+    double plain = 0.0, fused0 = 0.0;
+    cr_assert(sscanf(strstr(out, "\"loss\": "), "\"loss\": %lf", &plain) == 1, "%s", out);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "eval --model %s --data %s --feedback-passes 0,1,3 --json", model_path, data_path);
+    cr_assert_eq(run(args, &out, &err), 0, "stderr: %s", err);
+    char *at = strstr(out, "{\"fused\": 0, \"loss\": ");
+    cr_assert(at && sscanf(at, "{\"fused\": 0, \"loss\": %lf", &fused0) == 1, "%s", out);
+    cr_expect(fabs(fused0 - plain) < 1e-6, "N = 0 %g, plain %g", fused0, plain);
+    cr_expect(strstr(out, "\"fused\": 3") != NULL, "%s", out);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "eval --model %s --data %s --feedback-passes 0,2,1", model_path, data_path);
+    cr_expect_eq(run(args, &out, &err), 2);
+    test_assert_one_line_error(err, "dbranch eval: ", "--feedback-passes");
+    free(out);
+    free(err);
+    write_model("plain.h5", "family=llama vocab_size=256 block_size=16 n_layer=1 n_head=2 d_model=16", model_path,
+                sizeof model_path);
+    snprintf(args, sizeof args, "eval --model %s --data %s --feedback-passes 0,1", model_path, data_path);
+    cr_expect_eq(run(args, &out, &err), 1);
+    test_assert_one_line_error(err, "dbranch eval: ", "feedback = 1");
     free(out);
     free(err);
 }

@@ -267,6 +267,11 @@ Test(decode_tf, recurrent_alibi) {
 Test(decode_tf, llama_recurrent_triplu_branch) {
     check_against_teacher_forced(LLAMA "recurrent=1 ffn=triplu branch=decode " ALPHA_FREE, 67);
 }
+/* tok_emb_tables = 2: prefill and step add the tok_emb2 row (nanogpt: after pos_emb, head tied to tok_emb). */
+Test(decode_tf, nanogpt_two_tables) { check_against_teacher_forced(NANOGPT "tok_emb_tables=2", 81); }
+Test(decode_tf, llama_two_tables) { check_against_teacher_forced(LLAMA "tok_emb_tables=2", 82); }
+Test(decode_tf, moe_two_tables) { check_against_teacher_forced(MOE "tok_emb_tables=2 top_k=2", 83); }
+
 Test(decode_tf, blis_path) {
     engine_matvec = EVAL_MATVEC_BLIS;
     check_against_teacher_forced(LLAMA "branch=decode share=off " ALPHA_FREE, 16);
@@ -451,6 +456,8 @@ Test(decode_traffic, counters_equal_the_cost_model) {
         MOE "recurrent=1 top_k=2 top_k_branch=1 branch=decode",
         NANOGPT "alibi=1 branch=decode", /* no pos_emb row to read */
         MOE "alibi=1 layer_heads=2,4 top_k=2 branch=decode",
+        NANOGPT "tok_emb_tables=2", /* one more embedding row per step */
+        LLAMA "tok_emb_tables=2",
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_cost_model(specs[i], 70 + i);

@@ -19,7 +19,7 @@ typedef struct team_case {
     eval_matvec_job jobs[N_JOBS];
     int64_t Ms[N_JOBS], Ks[N_JOBS], Ns[N_JOBS];
     float *in[N_JOBS], *weight[N_JOBS], *bias[N_JOBS], *out[N_JOBS][N_ROUNDS];
-    int serial_runs;     /* serial bodies run (must be exactly N_ROUNDS) */
+    int serial_runs;        /* serial bodies run (must be exactly N_ROUNDS) */
     int64_t items_done[64]; /* eval_team_for items: each must run once per round */
 } team_case;
 
@@ -35,7 +35,8 @@ static void team_body(void *arg) {
     for (int r = 0; r < N_ROUNDS; r++) {
         eval_matvec_job jobs[N_JOBS];
         memcpy(jobs, c->jobs, sizeof jobs);
-        for (int j = 0; j < N_JOBS; j++) jobs[j].out = c->out[j][r];
+        for (int j = 0; j < N_JOBS; j++)
+            jobs[j].out = c->out[j][r];
         eval_team_matvec(&c->team, jobs, N_JOBS);
         EVAL_TEAM_SERIAL(&c->team) c->serial_runs++;
         eval_team_for(&c->team, 64, item_body, c);
@@ -58,7 +59,8 @@ static void check_team(int threads, const int64_t *Ms, const int64_t *Ks, const 
         dt_rng_fill_normal(&rng, c->bias[j], N, 1.0f);
         for (int r = 0; r < N_ROUNDS; r++) {
             c->out[j][r] = malloc((size_t)(M * N) * sizeof(float));
-            for (int64_t i = 0; i < M * N; i++) c->out[j][r][i] = NAN; /* every element must be written */
+            for (int64_t i = 0; i < M * N; i++)
+                c->out[j][r][i] = NAN; /* every element must be written */
         }
         c->jobs[j] = (eval_matvec_job){NULL, c->in[j], c->weight[j], j % 2 ? c->bias[j] : NULL, M, K, N, DT_F32};
     }
@@ -82,9 +84,8 @@ static void check_team(int threads, const int64_t *Ms, const int64_t *Ks, const 
                 for (int r = 0; r < N_ROUNDS; r++) {
                     float got = c->out[j][r][m * N + n];
                     cr_assert(fabs(got - want) <= 1e-5 * magnitude + 1e-6,
-                              "threads %d job %d (M=%lld K=%lld N=%lld) round %d out[%lld,%lld] = %g, want %g",
-                              threads, j, (long long)M, (long long)K, (long long)N, r, (long long)m, (long long)n,
-                              got, want);
+                              "threads %d job %d (M=%lld K=%lld N=%lld) round %d out[%lld,%lld] = %g, want %g", threads,
+                              j, (long long)M, (long long)K, (long long)N, r, (long long)m, (long long)n, got, want);
                 }
             }
     }
@@ -92,7 +93,8 @@ static void check_team(int threads, const int64_t *Ms, const int64_t *Ks, const 
         free(c->in[j]);
         free(c->weight[j]);
         free(c->bias[j]);
-        for (int r = 0; r < N_ROUNDS; r++) free(c->out[j][r]);
+        for (int r = 0; r < N_ROUNDS; r++)
+            free(c->out[j][r]);
     }
     free(c->team.stages);
     free(c);
@@ -102,12 +104,14 @@ static void check_team(int threads, const int64_t *Ms, const int64_t *Ks, const 
  * multiple of 8 (a claim ends inside a job or crosses into the next). */
 Test(decode_team, products_small_rows) {
     const int64_t Ms[N_JOBS] = {1, 2, 1, 2}, Ks[N_JOBS] = {288, 288, 288, 288}, Ns[N_JOBS] = {288, 37, 770, 3};
-    for (int threads = 1; threads <= 3; threads++) check_team(threads, Ms, Ks, Ns, 100 + (uint64_t)threads);
+    for (int threads = 1; threads <= 3; threads++)
+        check_team(threads, Ms, Ks, Ns, 100 + (uint64_t)threads);
 }
 
 /* Wide rows (one block is more than the minimum claim) and narrow ones (the
  * minimum claim is the whole 64-row cap), mixed in one stage. */
 Test(decode_team, products_mixed_widths) {
     const int64_t Ms[N_JOBS] = {2, 1, 1, 2}, Ks[N_JOBS] = {2050, 17, 768, 5}, Ns[N_JOBS] = {61, 129, 200, 1};
-    for (int threads = 1; threads <= 3; threads++) check_team(threads, Ms, Ks, Ns, 200 + (uint64_t)threads);
+    for (int threads = 1; threads <= 3; threads++)
+        check_team(threads, Ms, Ks, Ns, 200 + (uint64_t)threads);
 }

@@ -10,10 +10,10 @@
 #include "test_eval_util.h"
 
 #define LLAMA_BRANCH                                                                                                   \
-    "family=llama vocab_size=48 block_size=16 n_layer=2 n_head=4 n_kv_head=2 d_model=32 d_ff=40 branch=decode "       \
+    "family=llama vocab_size=48 block_size=16 n_layer=2 n_head=4 n_kv_head=2 d_model=32 d_ff=40 branch=decode "        \
     "mix_alpha_min=0.05 mix_alpha_max=0.95"
 #define MOE_BRANCH                                                                                                     \
-    "family=moe vocab_size=40 block_size=14 n_layer=2 n_head=2 d_model=16 d_ff=24 n_expert=4 top_k=2 top_k_branch=1 " \
+    "family=moe vocab_size=40 block_size=14 n_layer=2 n_head=2 d_model=16 d_ff=24 n_expert=4 top_k=2 top_k_branch=1 "  \
     "branch=decode mix_alpha_min=0.05"
 
 /* argmax over v of x [V] in double (first maximum). */
@@ -88,7 +88,8 @@ Test(generate, sampling_reproducible_past_the_context) {
     cr_expect_eq(nb, na);
     cr_expect_arr_eq(a, b, (size_t)na * sizeof(int32_t));
     cr_expect(memcmp(a, c, (size_t)na * sizeof(int32_t)) != 0, "different seeds gave the same 50 tokens");
-    for (int64_t i = 0; i < na; i++) cr_expect(a[i] >= 0 && a[i] < m.config.vocab_size);
+    for (int64_t i = 0; i < na; i++)
+        cr_expect(a[i] >= 0 && a[i] < m.config.vocab_size);
     model_free(&m);
 }
 
@@ -101,16 +102,19 @@ Test(generate, sampler_distribution) {
     enum { DRAWS = 40000 };
     /* temperature 0.5: probs^2 renormalised */
     double expected[5], total = 0.0;
-    for (int v = 0; v < 5; v++) total += (expected[v] = (double)probs[v] * probs[v]);
+    for (int v = 0; v < 5; v++)
+        total += (expected[v] = (double)probs[v] * probs[v]);
     int counts[5] = {0};
-    for (int i = 0; i < DRAWS; i++) counts[eval_sample(probs, 5, 0.5, 0, &rng, index, weight)]++;
+    for (int i = 0; i < DRAWS; i++)
+        counts[eval_sample(probs, 5, 0.5, 0, &rng, index, weight)]++;
     for (int v = 0; v < 5; v++) {
         double f = (double)counts[v] / DRAWS, e = expected[v] / total;
         cr_expect(fabs(f - e) < 5.0 * sqrt(e * (1 - e) / DRAWS), "T=0.5 token %d: %g vs %g", v, f, e);
     }
     /* top-2 at temperature 1: only tokens 2 and 4, in ratio 0.3 : 0.25 */
     memset(counts, 0, sizeof counts);
-    for (int i = 0; i < DRAWS; i++) counts[eval_sample(probs, 5, 1.0, 2, &rng, index, weight)]++;
+    for (int i = 0; i < DRAWS; i++)
+        counts[eval_sample(probs, 5, 1.0, 2, &rng, index, weight)]++;
     cr_expect(counts[0] == 0 && counts[1] == 0 && counts[3] == 0);
     double f2 = (double)counts[2] / DRAWS, e2 = 0.3 / 0.55;
     cr_expect(fabs(f2 - e2) < 5.0 * sqrt(e2 * (1 - e2) / DRAWS), "top-2: %g vs %g", f2, e2);

@@ -24,7 +24,8 @@ static void write_dataset(const char *path, int bpe, int32_t *val_out, int64_t *
         uint8_t text[4000];
         dt_rng rng;
         dt_rng_seed(&rng, 9);
-        for (int i = 0; i < 4000; i++) text[i] = (uint8_t)("abcab cabba"[dt_rng_below(&rng, 11)]);
+        for (int i = 0; i < 4000; i++)
+            text[i] = (uint8_t)("abcab cabba"[dt_rng_below(&rng, 11)]);
         cr_assert(data_tokenizer_train_bpe(&tok, text, sizeof text, 270) == DT_OK, "%s", dt_error_message());
         V = tok.vocab_size;
     } else {
@@ -33,8 +34,7 @@ static void write_dataset(const char *path, int bpe, int32_t *val_out, int64_t *
     int32_t train[N_TRAIN];
     eval_test_tokens(train, N_TRAIN, V, 1);
     eval_test_tokens(val_out, N_VAL, V, 2);
-    cr_assert(data_tokens_write(path, &tok, train, N_TRAIN, val_out, N_VAL, "test") == DT_OK, "%s",
-              dt_error_message());
+    cr_assert(data_tokens_write(path, &tok, train, N_TRAIN, val_out, N_VAL, "test") == DT_OK, "%s", dt_error_message());
     data_tokenizer_free(&tok);
     *vocab_out = V;
 }
@@ -99,8 +99,8 @@ static void check_model(const char *spec, int bpe, int64_t T, int64_t prompt_len
     cr_assert(data_tokens_open(&data, path) == DT_OK, "%s", dt_error_message());
 
     int64_t n_windows = (N_VAL - 1) / T;
-    expected e = direct(&m, val, n_windows, T, prompt_len > 0 ? prompt_len - 1 : 0,
-                        bpe ? data.tokenizer.token_length : NULL);
+    expected e =
+        direct(&m, val, n_windows, T, prompt_len > 0 ? prompt_len - 1 : 0, bpe ? data.tokenizer.token_length : NULL);
     eval_loss_options o = eval_loss_default_options();
     o.seq_len = T;
     o.prompt_len = prompt_len;

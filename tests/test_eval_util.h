@@ -46,14 +46,16 @@ static inline void eval_test_model(model *m, const char *spec, uint64_t seed) {
         int is_norm_weight = strstr(m->params[i].name, "norm.weight") != NULL;
         dt_rng_fill_normal(&rng, x, t->size, is_norm_weight ? 0.1f : 0.3f);
         if (is_norm_weight)
-            for (int64_t j = 0; j < t->size; j++) x[j] += 1.0f;
+            for (int64_t j = 0; j < t->size; j++)
+                x[j] += 1.0f;
     }
 }
 
 static inline void eval_test_tokens(int32_t *tokens, int64_t n, int64_t V, uint64_t seed) {
     dt_rng rng;
     dt_rng_seed(&rng, seed);
-    for (int64_t i = 0; i < n; i++) tokens[i] = (int32_t)dt_rng_below(&rng, (uint64_t)V);
+    for (int64_t i = 0; i < n; i++)
+        tokens[i] = (int32_t)dt_rng_below(&rng, (uint64_t)V);
 }
 
 /* Teacher-forced results of model_forward on one sequence, copied to the heap. */
@@ -68,9 +70,12 @@ typedef struct eval_test_tf {
 
 static inline void eval_test_softmax(double *out, const float *logits, int64_t V) {
     double max = logits[0], sum = 0.0;
-    for (int64_t v = 1; v < V; v++) max = logits[v] > max ? logits[v] : max;
-    for (int64_t v = 0; v < V; v++) sum += (out[v] = exp((double)logits[v] - max));
-    for (int64_t v = 0; v < V; v++) out[v] /= sum;
+    for (int64_t v = 1; v < V; v++)
+        max = logits[v] > max ? logits[v] : max;
+    for (int64_t v = 0; v < V; v++)
+        sum += (out[v] = exp((double)logits[v] - max));
+    for (int64_t v = 0; v < V; v++)
+        out[v] /= sum;
 }
 
 static inline void eval_test_teacher_forced(model *m, const int32_t *tokens, int64_t T, eval_test_tf *tf) {
@@ -103,10 +108,12 @@ static inline void eval_test_teacher_forced(model *m, const int32_t *tokens, int
         double alpha = 1.0;
         if (tf->has_branch) {
             double s = 0.0;
-            for (int64_t v = 0; v < V; v++) s += p[v] * p[v];
+            for (int64_t v = 0; v < V; v++)
+                s += p[v] * p[v];
             alpha = fmin(fmax(s, m->config.mix_alpha_min), m->config.mix_alpha_max);
             eval_test_softmax(q, tf->logits_branch + t * V, V);
-            for (int64_t v = 0; v < V; v++) p[v] = alpha * p[v] + (1.0 - alpha) * q[v];
+            for (int64_t v = 0; v < V; v++)
+                p[v] = alpha * p[v] + (1.0 - alpha) * q[v];
         }
         tf->alpha[t] = alpha;
     }
@@ -123,14 +130,16 @@ static inline void eval_test_tf_free(eval_test_tf *tf) {
 
 static inline double eval_test_max_abs(const float *x, int64_t n) {
     double m = 0.0;
-    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+    for (int64_t i = 0; i < n; i++)
+        m = fmax(m, fabs((double)x[i]));
     return m;
 }
 
 /* Largest |a - b| over n elements. */
 static inline double eval_test_max_diff(const float *a, const float *b, int64_t n) {
     double m = 0.0;
-    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - (double)b[i]));
+    for (int64_t i = 0; i < n; i++)
+        m = fmax(m, fabs((double)a[i] - (double)b[i]));
     return m;
 }
 

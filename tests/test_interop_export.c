@@ -630,6 +630,9 @@ Test(export, configs_a_format_cannot_express_are_refused_with_the_reason) {
         {FAMILY_LLAMA, "alibi=1", EXPORT_HF, "alibi = 1"}, /* SPEC §6.4: would load as a RoPE model */
         {FAMILY_NANOGPT, "alibi=1", EXPORT_GGUF, "alibi = 1"},
         {FAMILY_LLAMA, "alibi=1", EXPORT_LLAMA2C, "alibi = 1"},
+        {FAMILY_LLAMA, "tok_emb_tables=2", EXPORT_HF, "tok_emb_tables = 2"}, /* one embedding table in each format */
+        {FAMILY_NANOGPT, "tok_emb_tables=2", EXPORT_GGUF, "tok_emb_tables = 2"},
+        {FAMILY_LLAMA, "tok_emb_tables=2", EXPORT_LLAMA2C, "tok_emb_tables = 2"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model m;

@@ -53,9 +53,7 @@ Test(kernels_vec_math, exp_within_two_ulp_and_saturates) {
 
 /* ---------------- fused bias + GELU ---------------- */
 
-static double gelu_double(double x) {
-    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+static double gelu_double(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 static double gelu_derivative_double(double x) {
     const double c = sqrt(2.0 / M_PI), u = c * (x + 0.044715 * x * x * x), t = tanh(u);
@@ -76,8 +74,8 @@ Test(kernels_fused, bias_gelu_forward_matches_formula) {
             const float x = pre0[i * N + j] + bias[j];
             cr_assert(pre[i * N + j] == x, "pre + bias stored back at (%ld,%ld)", (long)i, (long)j);
             const double expected = gelu_double(x);
-            cr_assert(fabs(out[i * N + j] - expected) <= 1e-6 * (1.0 + fabs(expected)), "gelu(%g) = %.9g, expected %.9g",
-                      (double)x, (double)out[i * N + j], expected);
+            cr_assert(fabs(out[i * N + j] - expected) <= 1e-6 * (1.0 + fabs(expected)),
+                      "gelu(%g) = %.9g, expected %.9g", (double)x, (double)out[i * N + j], expected);
         }
     /* Without a bias: pre unchanged, out = gelu(pre). */
     memcpy(pre, pre0, (size_t)(M * N) * sizeof(float));
@@ -101,8 +99,10 @@ Test(kernels_fused, bias_gelu_backward_writes_or_adds_and_sums_bias) {
     float *d_bias = alloc_floats(N);
     fill_uniform(&rng, pre, M * N, -5.0f, 5.0f);
     fill_uniform(&rng, d_out, M * N, -1.0f, 1.0f);
-    for (int64_t i = 0; i < M * N; i++) d_pre[i] = NAN; /* accumulate = 0 must not read it */
-    for (int64_t j = 0; j < N; j++) d_bias[j] = 0.25f;
+    for (int64_t i = 0; i < M * N; i++)
+        d_pre[i] = NAN; /* accumulate = 0 must not read it */
+    for (int64_t j = 0; j < N; j++)
+        d_bias[j] = 0.25f;
     k_bias_gelu_backward(d_pre, 0, d_bias, d_out, pre, M, N);
     for (int64_t j = 0; j < N; j++) {
         double column = 0.0;
@@ -115,7 +115,8 @@ Test(kernels_fused, bias_gelu_backward_writes_or_adds_and_sums_bias) {
         cr_assert(fabs(d_bias[j] - (0.25 + column)) <= 1e-4 * (1.0 + fabs(column)), "d_bias[%ld]", (long)j);
     }
     /* accumulate = 1 adds onto what is there; a NULL d_bias is skipped. */
-    for (int64_t i = 0; i < M * N; i++) d_pre[i] = 1.0f;
+    for (int64_t i = 0; i < M * N; i++)
+        d_pre[i] = 1.0f;
     k_bias_gelu_backward(d_pre, 1, NULL, d_out, pre, M, N);
     for (int64_t i = 0; i < M * N; i++) {
         const double g = d_out[i] * gelu_derivative_double(pre[i]);
@@ -150,7 +151,8 @@ Test(kernels_fused, bias_gelu_backward_thread_count_independent) {
     cr_assert(memcmp(d_pre[0], d_pre[1], (size_t)(M * N) * sizeof(float)) == 0);
     cr_assert(memcmp(d_bias[0], d_bias[1], (size_t)N * sizeof(float)) == 0);
     free(pre), free(d_out);
-    for (int run = 0; run < 2; run++) free(d_pre[run]), free(d_bias[run]);
+    for (int run = 0; run < 2; run++)
+        free(d_pre[run]), free(d_bias[run]);
 }
 
 /* ---------------- cross-entropy with saved statistics ---------------- */
@@ -165,22 +167,26 @@ Test(kernels_fused, cross_entropy_stats_pair_matches_double) {
     fill_uniform(&rng, logits, M * V, -8.0f, 8.0f);
     logits[5 * V + 7] = 900.0f; /* a row that overflows expf without the max shift */
     fill_uniform(&rng, d_losses, M, 0.5f, 1.5f);
-    for (int64_t i = 0; i < M; i++) targets[i] = (int32_t)dt_rng_below(&rng, (uint64_t)V);
-    for (int64_t i = 0; i < M * V; i++) d_logits[i] = 0.5f;
+    for (int64_t i = 0; i < M; i++)
+        targets[i] = (int32_t)dt_rng_below(&rng, (uint64_t)V);
+    for (int64_t i = 0; i < M * V; i++)
+        d_logits[i] = 0.5f;
     k_cross_entropy_forward_stats(losses, stats, logits, targets, M, V);
     k_cross_entropy_backward_stats(d_logits, d_losses, logits, stats, targets, M, V);
     for (int64_t i = 0; i < M; i++) {
         const float *x = logits + i * V;
         double max = x[0], sum = 0.0;
-        for (int64_t j = 1; j < V; j++) max = fmax(max, x[j]);
-        for (int64_t j = 0; j < V; j++) sum += exp((double)x[j] - max);
+        for (int64_t j = 1; j < V; j++)
+            max = fmax(max, x[j]);
+        for (int64_t j = 0; j < V; j++)
+            sum += exp((double)x[j] - max);
         const double lse = max + log(sum);
         cr_assert(fabs(losses[i] - (lse - x[targets[i]])) <= 1e-5 * (1.0 + fabs(lse)), "loss row %ld", (long)i);
         cr_assert(stats[2 * i] == (float)max, "stats max row %ld", (long)i);
         for (int64_t j = 0; j < V; j++) {
             const double expected = 0.5 + d_losses[i] * (exp((double)x[j] - lse) - (j == targets[i] ? 1.0 : 0.0));
-            cr_assert(fabs(d_logits[i * V + j] - expected) <= 2e-6, "d_logits (%ld,%ld) = %.9g, expected %.9g",
-                      (long)i, (long)j, (double)d_logits[i * V + j], expected);
+            cr_assert(fabs(d_logits[i * V + j] - expected) <= 2e-6, "d_logits (%ld,%ld) = %.9g, expected %.9g", (long)i,
+                      (long)j, (double)d_logits[i * V + j], expected);
         }
     }
     /* The plain pair gives the same losses (forward without stats). */
@@ -196,8 +202,10 @@ Test(kernels_fused, embedding_accumulate_adds_rows) {
     const int64_t V = 5, C = 19, N = 7;
     float weight[5 * 19], out[7 * 19], before[7 * 19];
     const int32_t tokens[7] = {4, 0, 4, 2, 1, 1, 3};
-    for (int64_t i = 0; i < V * C; i++) weight[i] = 0.5f * (float)i - 3.0f;
-    for (int64_t i = 0; i < N * C; i++) out[i] = before[i] = 0.25f * (float)(i % 11);
+    for (int64_t i = 0; i < V * C; i++)
+        weight[i] = 0.5f * (float)i - 3.0f;
+    for (int64_t i = 0; i < N * C; i++)
+        out[i] = before[i] = 0.25f * (float)(i % 11);
     k_embedding_accumulate(out, weight, tokens, N, C);
     for (int64_t n = 0; n < N; n++)
         for (int64_t j = 0; j < C; j++)
@@ -219,13 +227,15 @@ static void check_gemm_large(int trans_a, int trans_b, int64_t M, int64_t N, int
     fill_uniform(&rng, B, b_rows * ldb, -1.0f, 1.0f);
     fill_uniform(&rng, C, M * ldc, -1.0f, 1.0f);
     if (beta == 0.0f)
-        for (int64_t i = 0; i < M * ldc; i++) C[i] = NAN; /* beta = 0 overwrites, NaN must not survive */
+        for (int64_t i = 0; i < M * ldc; i++)
+            C[i] = NAN; /* beta = 0 overwrites, NaN must not survive */
     memcpy(C0, C, (size_t)(M * ldc) * sizeof(float));
     k_gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
     double *row = malloc((size_t)N * sizeof(double)), *magnitude = malloc((size_t)N * sizeof(double));
     cr_assert(row && magnitude);
     for (int64_t i = 0; i < M; i++) {
-        for (int64_t j = 0; j < N; j++) row[j] = magnitude[j] = 0.0;
+        for (int64_t j = 0; j < N; j++)
+            row[j] = magnitude[j] = 0.0;
         for (int64_t k = 0; k < K; k++) {
             const double a = trans_a ? A[k * lda + i] : A[i * lda + k];
             const float *b_row = trans_b ? NULL : B + k * ldb;
@@ -242,7 +252,8 @@ static void check_gemm_large(int trans_a, int trans_b, int64_t M, int64_t N, int
                       "ta=%d tb=%d M=%ld N=%ld K=%ld at (%ld,%ld): %.9g vs %.9g", trans_a, trans_b, (long)M, (long)N,
                       (long)K, (long)i, (long)j, (double)C[i * ldc + j], expected);
         }
-        for (int64_t j = N; j < ldc; j++) cr_assert(memcmp(&C[i * ldc + j], &C0[i * ldc + j], sizeof(float)) == 0);
+        for (int64_t j = N; j < ldc; j++)
+            cr_assert(memcmp(&C[i * ldc + j], &C0[i * ldc + j], sizeof(float)) == 0);
     }
     free(A), free(B), free(C), free(C0), free(row), free(magnitude);
 }

@@ -101,7 +101,8 @@ static void randomize(model *m, uint64_t seed) {
         dt_tensor *t = m->params[i].tensor;
         float *x = dt_f32(t);
         if (ends_with(m->params[i].name, "norm.weight")) {
-            for (int64_t j = 0; j < t->size; j++) x[j] = 1.0f + 0.2f * (float)dt_rng_normal(&rng);
+            for (int64_t j = 0; j < t->size; j++)
+                x[j] = 1.0f + 0.2f * (float)dt_rng_normal(&rng);
         } else {
             dt_rng_fill_normal(&rng, x, t->size, strstr(m->params[i].name, "couple") ? 0.5f : 0.3f);
         }
@@ -124,7 +125,8 @@ static void copy_params(model *dst, const model *src) {
 static void fill_tokens(int32_t *tokens, int64_t n, int64_t vocab, uint64_t seed) {
     dt_rng rng;
     dt_rng_seed(&rng, seed);
-    for (int64_t i = 0; i < n; i++) tokens[i] = (int32_t)dt_rng_below(&rng, (uint64_t)vocab);
+    for (int64_t i = 0; i < n; i++)
+        tokens[i] = (int32_t)dt_rng_below(&rng, (uint64_t)vocab);
 }
 
 /* Heap copies of a forward pass's outputs. */
@@ -236,7 +238,8 @@ Test(branch, causality) {
         const int64_t V = base.V;
         for (int64_t t = 1; t < SEQ; t++) {
             memcpy(perturbed, tokens, sizeof perturbed);
-            for (int64_t b = 0; b < BATCH; b++) perturbed[b * SEQ + t] = (tokens[b * SEQ + t] + 1 + (int32_t)t) % 29;
+            for (int64_t b = 0; b < BATCH; b++)
+                perturbed[b * SEQ + t] = (tokens[b * SEQ + t] + 1 + (int32_t)t) % 29;
             run_result p = run(&m, perturbed, NULL, BATCH, SEQ);
             /* MoE expert batches change size when routing at t changes, so the
              * GEMM blocking (and rounding) of earlier rows may differ: allow a few ulps. */
@@ -256,7 +259,8 @@ Test(branch, causality) {
         for (int64_t t = 0; t < SEQ; t++) {
             int32_t prefix[BATCH * SEQ];
             for (int64_t b = 0; b < BATCH; b++)
-                for (int64_t s = 0; s <= t; s++) prefix[b * (t + 1) + s] = tokens[b * SEQ + s];
+                for (int64_t s = 0; s <= t; s++)
+                    prefix[b * (t + 1) + s] = tokens[b * SEQ + s];
             run_result p = run(&m, prefix, NULL, BATCH, t + 1);
             double worst = 0.0;
             for (int64_t b = 0; b < BATCH; b++)
@@ -293,7 +297,8 @@ Test(branch, branch_parameters_never_reach_the_primary) {
             n_branch_params++;
             dt_tensor *t = m.params[j].tensor;
             float *saved = copy_floats(t);
-            for (int64_t e = 0; e < t->size; e++) dt_f32(t)[e] += 0.5f * (float)dt_rng_normal(&rng);
+            for (int64_t e = 0; e < t->size; e++)
+                dt_f32(t)[e] += 0.5f * (float)dt_rng_normal(&rng);
             run_result p = run(&m, tokens, targets, BATCH, SEQ);
             cr_assert(memcmp(base.logits_primary, p.logits_primary, (size_t)n_logits * sizeof(float)) == 0,
                       "%s: branch parameter %s changed a primary logit", configs[i].name, m.params[j].name);
@@ -309,7 +314,7 @@ Test(branch, branch_parameters_never_reach_the_primary) {
                           configs[i].name, m.params[j].name);
             else
                 cr_assert(moved > 1e-4, "%s: branch parameter %s does not reach the branch logits", configs[i].name,
-                      m.params[j].name);
+                          m.params[j].name);
             memcpy(t->data, saved, (size_t)t->size * sizeof(float));
             free(saved);
             free_result(&p);
@@ -346,8 +351,8 @@ Test(branch, couple_off_equals_zero_coupling) {
         run_result a = run(&coupled, tokens, targets, BATCH, SEQ);
         run_result b = run(&uncoupled, tokens, targets, BATCH, SEQ);
         int64_t n_logits = BATCH * SEQ * a.V;
-        cr_assert(equal_floats(a.logits_branch, b.logits_branch, n_logits), "%s: couple = off differs from zero coupling",
-                  configs[i].name);
+        cr_assert(equal_floats(a.logits_branch, b.logits_branch, n_logits),
+                  "%s: couple = off differs from zero coupling", configs[i].name);
         cr_assert(a.loss == b.loss && a.loss_branch == b.loss_branch, "%s: losses %.9g %.9g vs %.9g %.9g",
                   configs[i].name, a.loss, a.loss_branch, b.loss, b.loss_branch);
         free_result(&a);
@@ -448,7 +453,8 @@ Test(branch, fixed_alpha_extremes) {
             cr_assert(fabs(r.loss_reported - expected) <= 1e-6 * fabs(expected),
                       "%s: alpha = %d gives loss %.9g, expected %.9g", configs[i].name, bound, r.loss_reported,
                       expected);
-            for (int64_t j = 0; j < BATCH * SEQ; j++) cr_assert(r.alpha[j] == (float)bound);
+            for (int64_t j = 0; j < BATCH * SEQ; j++)
+                cr_assert(r.alpha[j] == (float)bound);
             free_result(&r);
             model_free(&m);
         }
@@ -485,7 +491,8 @@ Test(branch, readout_matches_double_recomputation) {
                     z_q += exp(lq[v] - max_q);
                 }
                 double collision = 0.0;
-                for (int64_t v = 0; v < V; v++) collision += pow(exp(lp[v] - max_p) / z_p, 2);
+                for (int64_t v = 0; v < V; v++)
+                    collision += pow(exp(lp[v] - max_p) / z_p, 2);
                 double alpha = fmin(fmax(collision, c.mix_alpha_min), c.mix_alpha_max);
                 int y = targets[row];
                 double p_y = exp(lp[y] - max_p) / z_p, q_y = exp(lq[y] - max_q) / z_q;
@@ -575,7 +582,8 @@ static void expert_double(double *y, const float *x, const model_moe_weights *w,
     }
     for (int64_t c = 0; c < C; c++) {
         y[c] = 0.0;
-        for (int64_t f = 0; f < F; f++) y[c] += (double)w2[c * F + f] * hidden[f];
+        for (int64_t f = 0; f < F; f++)
+            y[c] += (double)w2[c * F + f] * hidden[f];
     }
 }
 
@@ -590,7 +598,8 @@ Test(moe, ffn_matches_naive_double) {
     w.w3 = dt_tensor_new(DT_F32, DT_SHAPE(E, F, C));
     w.w2 = dt_tensor_new(DT_F32, DT_SHAPE(E, C, F));
     dt_tensor *weights[4] = {w.router, w.w1, w.w3, w.w2};
-    for (int i = 0; i < 4; i++) dt_rng_fill_normal(&rng, dt_f32(weights[i]), weights[i]->size, 0.5f);
+    for (int i = 0; i < 4; i++)
+        dt_rng_fill_normal(&rng, dt_f32(weights[i]), weights[i]->size, 0.5f);
     ag_ctx ctx;
     cr_assert_eq(ag_ctx_init(&ctx, 1 << 20), DT_OK);
     for (int use_select = 0; use_select <= 1; use_select++)
@@ -613,11 +622,13 @@ Test(moe, ffn_matches_naive_double) {
                 double logits[E];
                 for (int64_t e = 0; e < E; e++) {
                     logits[e] = 0.0;
-                    for (int64_t c = 0; c < C; c++) logits[e] += (double)dt_f32(w.router)[e * C + c] * xn[c];
+                    for (int64_t c = 0; c < C; c++)
+                        logits[e] += (double)dt_f32(w.router)[e * C + c] * xn[c];
                 }
                 /* Top-k by selection, stable toward the lower index. */
                 double chooser[E];
-                for (int64_t e = 0; e < E; e++) chooser[e] = select ? dt_f32(select)[n * E + e] : logits[e];
+                for (int64_t e = 0; e < E; e++)
+                    chooser[e] = select ? dt_f32(select)[n * E + e] : logits[e];
                 int chosen[E], taken[E] = {0};
                 for (int64_t j = 0; j < k; j++) {
                     int best = -1;
@@ -630,13 +641,16 @@ Test(moe, ffn_matches_naive_double) {
                 }
                 /* Gates: softmax of THIS path's router logits over the chosen experts. */
                 double max = -INFINITY, z = 0.0;
-                for (int64_t j = 0; j < k; j++) max = fmax(max, logits[chosen[j]]);
-                for (int64_t j = 0; j < k; j++) z += exp(logits[chosen[j]] - max);
+                for (int64_t j = 0; j < k; j++)
+                    max = fmax(max, logits[chosen[j]]);
+                for (int64_t j = 0; j < k; j++)
+                    z += exp(logits[chosen[j]] - max);
                 double y[C] = {0}, expert_y[C];
                 for (int64_t j = 0; j < k; j++) {
                     expert_double(expert_y, xn, &w, chosen[j], C, F);
                     double gate = exp(logits[chosen[j]] - max) / z;
-                    for (int64_t c = 0; c < C; c++) y[c] += gate * expert_y[c];
+                    for (int64_t c = 0; c < C; c++)
+                        y[c] += gate * expert_y[c];
                 }
                 for (int64_t c = 0; c < C; c++)
                     cr_assert(fabs(dt_f32(result.out)[n * C + c] - y[c]) <= 1e-5 * (1.0 + fabs(y[c])),
@@ -653,7 +667,8 @@ Test(moe, ffn_matches_naive_double) {
     model_moe_fractions(fractions, experts, E);
     cr_assert(fractions[0] == 2.0f / 6 && fractions[1] == 0.0f && fractions[2] == 3.0f / 6 && fractions[3] == 1.0f / 6);
     ag_ctx_free(&ctx);
-    for (int i = 0; i < 4; i++) dt_tensor_free(weights[i]);
+    for (int i = 0; i < 4; i++)
+        dt_tensor_free(weights[i]);
 }
 
 /* Per-step memory comes from the arena: after the first step, a forward +

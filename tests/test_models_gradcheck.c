@@ -1,7 +1,7 @@
 /* Finite-difference gradient checks of whole tiny models (SPEC §1-§2): every
  * family, without and with the decode branch, MoE replay/own routing with
  * top_k_branch below and above top_k, share = off, couple = off, branch_emb =
- * shared, alpha_detach and detach_primary.
+ * shared, alpha_detach and detach_primary; two token-embedding tables.
  *
  * For each parameter tensor a sample of entries (random ones and the one with
  * the largest analytic gradient) is perturbed by +/- eps and the objective
@@ -281,6 +281,22 @@ Test(gradcheck, moe) {
     c.top_k_branch = 1;
     c.share = 1;
     check_gradients("moe own k_b=1", &c, OBJECTIVE_MODEL_LOSS, every_param, 12);
+}
+
+/* tok_emb_tables = 2 (the capacity control, not in the SPEC): the input
+ * tok_emb[x] (+ pos_emb[t]) + tok_emb2[x], in every family (nanogpt's head
+ * tied to tok_emb alone). The second call checks tok_emb2 by itself, so its
+ * gradients cannot be all ~0 (check_gradients asserts that). */
+static int is_tok_emb2(const model_param *p) { return !strcmp(p->name, "tok_emb2.weight"); }
+Test(gradcheck, two_token_embedding_tables) {
+    const model_family families[3] = {FAMILY_NANOGPT, FAMILY_LLAMA, FAMILY_MOE};
+    const char *labels[3] = {"nanogpt tok_emb_tables=2", "llama tok_emb_tables=2", "moe tok_emb_tables=2"};
+    for (int i = 0; i < 3; i++) {
+        model_config c = tiny_config(families[i], 0);
+        c.tok_emb_tables = 2;
+        cr_assert_gt(check_gradients(labels[i], &c, OBJECTIVE_MODEL_LOSS, every_param, 91 + (uint64_t)i), 0);
+        cr_assert_gt(check_gradients(labels[i], &c, OBJECTIVE_MODEL_LOSS, is_tok_emb2, 94 + (uint64_t)i), 0);
+    }
 }
 
 /* SPEC §6.1 product FFNs (dense and MoE experts, with the branch coupled to

@@ -58,7 +58,8 @@ static void make_model(model *m, model_family family, const char *pairs, uint64_
     /* Non-trivial values everywhere (norms are ones, biases zero after init). */
     for (int i = 0; i < m->n_params; i++) {
         float *x = dt_f32(m->params[i].tensor);
-        for (int64_t j = 0; j < m->params[i].tensor->size; j++) x[j] += 0.001f * (float)(j % 7) + 1e-7f * (float)i;
+        for (int64_t j = 0; j < m->params[i].tensor->size; j++)
+            x[j] += 0.001f * (float)(j % 7) + 1e-7f * (float)i;
     }
 }
 
@@ -90,9 +91,9 @@ Test(io, save_load_round_trip_is_bit_exact) {
             for (int i = 0; i < a.n_params; i++) {
                 cr_assert_str_eq(a.params[i].name, b.params[i].name);
                 cr_assert(dt_same_shape(a.params[i].tensor, b.params[i].tensor));
-                cr_assert_eq(memcmp(a.params[i].tensor->data, b.params[i].tensor->data,
-                                    4 * (size_t)a.params[i].tensor->size),
-                             0, "%s differs after the round trip", a.params[i].name);
+                cr_assert_eq(
+                    memcmp(a.params[i].tensor->data, b.params[i].tensor->data, 4 * (size_t)a.params[i].tensor->size), 0,
+                    "%s differs after the round trip", a.params[i].name);
             }
             model_free(&a);
             model_free(&b);
@@ -115,8 +116,9 @@ Test(io, checkpoint_layout_follows_spec) {
     cr_assert_eq(version, 1);
     hid_t config = H5Gopen2(file, "config", H5P_DEFAULT);
     /* Types of SPEC §4: integers int64, reals float64, words strings. */
-    const char *ints[] = {"vocab_size", "block_size", "n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "n_expert",
-                          "top_k", "top_k_branch", "tie_embeddings", "detach_primary", "alpha_detach"};
+    const char *ints[] = {"vocab_size",     "block_size",     "n_layer",     "n_head", "n_kv_head",
+                          "d_model",        "d_ff",           "n_expert",    "top_k",  "top_k_branch",
+                          "tie_embeddings", "detach_primary", "alpha_detach"};
     const char *reals[] = {"mix_alpha_min", "mix_alpha_max", "aux_loss_coef", "norm_eps", "rope_theta"};
     const char *words[][2] = {{"family", "llama"}, {"branch", "decode"}, {"branch_routing", "replay"},
                               {"couple", "on"},    {"share", "off"},     {"branch_emb", "own"}};
@@ -184,14 +186,15 @@ Test(io, reference_files_load) {
     hid_t file = H5Fopen(reference_path("01_nanogpt_base.h5"), H5F_ACC_RDONLY, H5P_DEFAULT);
     double *expected = malloc(64 * 16 * sizeof *expected);
     cr_assert_eq(h5_read_f64(file, "params/layers.1.mlp.fc.weight", expected, 2, (int64_t[]){64, 16}), DT_OK);
-    for (int i = 0; i < 64 * 16; i++) cr_assert_eq((double)dt_f32(m.layers[1].primary.ffn[0])[i], expected[i]);
+    for (int i = 0; i < 64 * 16; i++)
+        cr_assert_eq((double)dt_f32(m.layers[1].primary.ffn[0])[i], expected[i]);
     free(expected);
     H5Fclose(file);
     model_free(&m);
 
     /* Every shared reference file is a valid model. */
-    const char *names[] = {"02_nanogpt_branch.h5", "03_llama_base_gqa.h5", "04_llama_branch.h5", "05_moe_base.h5",
-                           "06_moe_branch_replay.h5", "07_llama_branch_alpha_fixed.h5"};
+    const char *names[] = {"02_nanogpt_branch.h5", "03_llama_base_gqa.h5",    "04_llama_branch.h5",
+                           "05_moe_base.h5",       "06_moe_branch_replay.h5", "07_llama_branch_alpha_fixed.h5"};
     for (int i = 0; i < 6; i++) {
         cr_assert_eq(model_load(&m, reference_path(names[i])), DT_OK, "%s: %s", names[i], dt_error_message());
         hid_t f = H5Fopen(reference_path(names[i]), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -245,7 +248,9 @@ static void wrong_shape(hid_t file) {
     float zeros[16 * 8] = {0};
     cr_assert_eq(h5_write_f32(file, "params/layers.1.attn.wq.weight", zeros, 2, (int64_t[]){16, 8}), DT_OK);
 }
-static void missing_param(hid_t file) { cr_assert(H5Ldelete(file, "params/layers.0.branch.couple_out", H5P_DEFAULT) >= 0); }
+static void missing_param(hid_t file) {
+    cr_assert(H5Ldelete(file, "params/layers.0.branch.couple_out", H5P_DEFAULT) >= 0);
+}
 static void extra_param(hid_t file) {
     float zeros[4] = {0};
     cr_assert_eq(h5_write_f32(file, "params/layers.0.attn.wz.weight", zeros, 1, (int64_t[]){4}), DT_OK);
@@ -325,7 +330,8 @@ Test(io, missing_truncated_and_foreign_files) {
 static void float64_param(hid_t file) {
     /* Re-write tok_emb as float64 with exactly representable values. */
     double *values = malloc(40 * 16 * sizeof *values);
-    for (int i = 0; i < 40 * 16; i++) values[i] = (double)(i - 300) / 1024.0;
+    for (int i = 0; i < 40 * 16; i++)
+        values[i] = (double)(i - 300) / 1024.0;
     hid_t params = H5Gopen2(file, "params", H5P_DEFAULT);
     H5Ldelete(params, "tok_emb.weight", H5P_DEFAULT);
     hsize_t dims[2] = {40, 16};
@@ -342,7 +348,8 @@ Test(io, float64_parameters_are_converted) {
     model m;
     const char *path = damaged_file("f64.h5", float64_param);
     cr_assert_eq(model_load(&m, path), DT_OK, "%s", dt_error_message());
-    for (int i = 0; i < 40 * 16; i++) cr_assert_eq(dt_f32(m.tok_emb)[i], (float)(i - 300) / 1024.0f);
+    for (int i = 0; i < 40 * 16; i++)
+        cr_assert_eq(dt_f32(m.tok_emb)[i], (float)(i - 300) / 1024.0f);
     model_free(&m);
 }
 

@@ -7,7 +7,9 @@
  *  - the eval records of the training log carry the coupling-vector and
  *    branch-embedding norms, finite, and equal to the norms of the weights
  *    the checkpoint holds at that step (computed here from the tensors by
- *    SPEC name); null for a model without a branch. */
+ *    SPEC name); null for a model without a branch;
+ *  - the two-table control (tok_emb_tables = 2) trains as the baseline with
+ *    embed_lr doubled (untied head, no clipping), and not as the baseline. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -93,6 +95,25 @@ Test(train_recipe, trainer_assigns_the_groups_by_parameter) {
     cr_assert(seen[0] == 2 && seen[1] == 1, "tok_emb and branch.tok_emb, lm_head");
     cr_assert(seen[2] >= 2 * 3 + 2 * 2 + 1, "coupling vectors (3 per layer), norms, the final norm: %d", seen[2]);
     cr_assert(seen[3] >= 2 * 4, "the attention and MLP matrices keep lr");
+
+    /* tok_emb_tables = 2 (no branch): tok_emb2 is an embedding, at embed_lr. */
+    model two;
+    model_config c2 = cfg.model;
+    c2.branch = BRANCH_NONE;
+    c2.tok_emb_tables = 2;
+    cr_assert_eq(model_create(&two, &c2), DT_OK, "%s", dt_error_message());
+    optim_param *views2 = calloc((size_t)two.n_params, sizeof *views2);
+    trainer_describe_params(&two, views2);
+    trainer_assign_lr_groups(&two, &cfg, views2);
+    int found = 0;
+    for (int i = 0; i < two.n_params; i++)
+        if (!strcmp(views2[i].name, "tok_emb2.weight")) {
+            found = 1;
+            cr_assert(fabs(views2[i].lr_scale - 60.0) < 1e-12, "tok_emb2: lr_scale %g", views2[i].lr_scale);
+        }
+    cr_assert(found, "no tok_emb2.weight");
+    free(views2);
+    model_free(&two);
 
     /* 0 means lr: every scale back to 1. */
     cfg.embed_lr = cfg.head_lr = cfg.vector_lr = 0.0;
@@ -234,4 +255,78 @@ Test(train_recipe, eval_lines_carry_the_branch_norms_of_the_weights, .init = set
         json_field(line, norm_keys[k], &is_null);
         cr_assert(is_null, "no branch: %s must be null: %s", norm_keys[k], line);
     }
+}
+
+/* ---- the two-table control (tok_emb_tables = 2, docs/DECISIONS.md) ---- */
+
+/* Trains the tiny llama (untied head, Muon + AdamW groups, no clipping) and
+ * loads its checkpoint into *m. */
+static void train_embed(const char *name, int tables, double embed_lr, model *m) {
+    train_config cfg = train_config_default();
+    cfg.model = model_config_default(FAMILY_LLAMA);
+    cfg.model.vocab_size = 256;
+    cfg.model.block_size = 16;
+    cfg.model.n_layer = 2;
+    cfg.model.n_head = 2;
+    cfg.model.d_model = 16;
+    cfg.model.tok_emb_tables = tables;
+    snprintf(cfg.data_path, sizeof cfg.data_path, "%s", data_path);
+    snprintf(cfg.out_dir, sizeof cfg.out_dir, "%s/%s", work_dir, name);
+    cfg.batch_size = 2;
+    cfg.seq_len = 16;
+    cfg.tokens = 8 * 2 * 16;
+    cfg.eval_every = 8;
+    cfg.eval_windows = 1;
+    cfg.lr = 1e-2;
+    cfg.embed_lr = embed_lr;
+    cfg.grad_clip = 0.0; /* the global norm would count the embedding gradient twice */
+    cfg.optimizer = OPTIM_MUON;
+    cfg.schedule = SCHEDULE_WSD;
+    cfg.threads = 1;
+    cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
+    trainer t;
+    trainer_options options = {0};
+    cr_assert_eq(trainer_init(&t, &cfg, &options), DT_OK, "%s", dt_error_message());
+    trainer_result result;
+    cr_assert_eq(trainer_run(&t, &result), DT_OK, "%s", dt_error_message());
+    trainer_free(&t);
+    char path[PATH_BUF];
+    snprintf(path, sizeof path, "%s/checkpoint.h5", cfg.out_dir);
+    cr_assert_eq(model_load(m, path), DT_OK, "%s", dt_error_message());
+}
+
+/* Largest |a - b| over the tok_emb table(s) and every other shared tensor,
+ * relative to the largest |b|: the two-table model's tok_emb + tok_emb2
+ * against the baseline's tok_emb. */
+static double embed_difference(const model *two, const model *base) {
+    double worst = 0.0, largest = 0.0;
+    for (int i = 0; i < base->n_params; i++) {
+        const dt_tensor *b = base->params[i].tensor;
+        const model_param *p = model_find_param(two, base->params[i].name);
+        cr_assert_not_null(p, "%s", base->params[i].name);
+        const int is_tok_emb = b == base->tok_emb;
+        for (int64_t k = 0; k < b->size; k++) {
+            const double a = dt_f32(p->tensor)[k] + (is_tok_emb ? dt_f32(two->tok_emb2)[k] : 0.0f);
+            worst = fmax(worst, fabs(a - dt_f32(b)[k]));
+            largest = fmax(largest, fabs(dt_f32(b)[k]));
+        }
+    }
+    return worst / largest;
+}
+
+/* With an untied head both tables get the same gradient, so AdamW moves
+ * their sum twice as far per step: the control trains as the baseline with
+ * embed_lr doubled (to rounding), and not as the baseline itself. */
+Test(train_recipe, two_tables_train_as_one_table_at_twice_the_embed_lr, .init = setup, .fini = teardown,
+     .timeout = 120) {
+    model two, doubled, plain;
+    train_embed("two", 2, 0.02, &two);
+    train_embed("doubled", 1, 0.04, &doubled);
+    train_embed("plain", 1, 0.02, &plain);
+    const double same = embed_difference(&two, &doubled), other = embed_difference(&two, &plain);
+    cr_assert(same < 1e-4, "tok_emb + tok_emb2 vs the baseline at 2x embed_lr: %g", same);
+    cr_assert(other > 1e-2, "vs the baseline at the same embed_lr: %g (the check could not fail)", other);
+    model_free(&two);
+    model_free(&doubled);
+    model_free(&plain);
 }

@@ -89,6 +89,7 @@ static dt_status replica_init(model *replica, const model *m) {
         t->grad = replica->grads_memory + (m->params[i].tensor->grad - m->grads_memory);
     }
     replica->tok_emb = remap(m, replica, m->tok_emb);
+    replica->tok_emb2 = remap(m, replica, m->tok_emb2);
     replica->pos_emb = remap(m, replica, m->pos_emb);
     replica->final_norm = remap(m, replica, m->final_norm);
     replica->final_norm_bias = remap(m, replica, m->final_norm_bias);
@@ -155,8 +156,7 @@ dt_status train_parallel_init(train_parallel *p, model *m, optimizer *opt, const
     if (m->config.family == FAMILY_MOE) {
         /* one term per application of each MoE layer: n_loop of them (SPEC §6.6), or up to
          * MODEL_FEEDBACK_MAX_PASSES with feedback (SPEC §6.5) */
-        const int64_t terms =
-            m->arch.n_loop * m->config.n_layer * (m->config.feedback ? MODEL_FEEDBACK_MAX_PASSES : 1);
+        const int64_t terms = m->arch.n_loop * m->config.n_layer * (m->config.feedback ? MODEL_FEEDBACK_MAX_PASSES : 1);
         p->balance_sums = calloc((size_t)(2 * terms * m->config.n_expert), sizeof *p->balance_sums);
         if (!p->balance_sums) goto oom;
     }

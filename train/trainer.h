@@ -121,7 +121,7 @@ void trainer_describe_params(const model *m, optim_param *out);
 /* The AdamW parameter groups (train.embed_lr, head_lr, vector_lr; 0 = lr):
  * sets each descriptor's lr_scale = its group's lr / train.lr, so the groups
  * follow the one schedule at their own peaks (as muon_lr does). Groups:
- * tok_emb, pos_emb and branch.tok_emb (embed_lr); an untied lm_head
+ * tok_emb, tok_emb2, pos_emb and branch.tok_emb (embed_lr); an untied lm_head
  * (head_lr; a tied one is tok_emb); 1-D tensors: norms, biases, the coupling
  * vectors, attn_res routes (vector_lr); anything else on AdamW (routers, or
  * every matrix with optimizer = adamw) keeps lr. */

@@ -28,8 +28,11 @@ exp_find_binary() {
 # models, not tokenizers.
 # A corpus named <preset>1m is the first 1,000,000 bytes of the preset's text
 # (the kjv preset's text is the `bible` program's output, as in dbranch prepare).
+# A corpus named <preset>_bpe<V> is the preset in BPE tokens of vocabulary V,
+# in DATA_DIR/<preset>_bpe<V>.h5 (the dsweep study's large_bpe8192).
 exp_data() { # corpus
     local path="$DATA_DIR/$1_byte.h5"
+    case "$1" in *_bpe[0-9]*) path="$DATA_DIR/$1.h5" ;; esac
     if [ ! -f "$path" ]; then
         mkdir -p "$DATA_DIR"
         echo "== prepare $path" >&2
@@ -37,6 +40,9 @@ exp_data() { # corpus
         kjv1m)
             bible "Genesis 1:1-Revelation 22:21" | head -c 1000000 >"$DATA_DIR/kjv1m.txt"
             "$DBRANCH" prepare --input "$DATA_DIR/kjv1m.txt" --tokenizer byte --out "$path" >/dev/null
+            ;;
+        *_bpe[0-9]*)
+            "$DBRANCH" prepare --preset "${1%_bpe*}" --tokenizer bpe --vocab "${1##*_bpe}" --out "$path" >/dev/null
             ;;
         *) "$DBRANCH" prepare --preset "$1" --tokenizer byte --out "$path" >/dev/null ;;
         esac

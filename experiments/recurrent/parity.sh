@@ -110,4 +110,20 @@ for t, a, n in acc["per_position"]:
         done
     done
 } >"$OUT/per_position.tsv"
+# accuracy_by_position.png: the seeds' mean and range per answer and arm.
+python3 - "$OUT/per_position.tsv" >"$OUT/accuracy_mean.tsv" <<'PY'
+import collections, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
+by = collections.OrderedDict()
+for arm, seed, answer, acc in rows:
+    by.setdefault((arm, int(answer)), []).append(float(acc))
+for (arm, answer), accs in by.items():
+    print(f"{arm}\t{answer}\t{sum(accs) / len(accs):.4f}\t{min(accs):.4f}\t{max(accs):.4f}")
+PY
+if command -v gnuplot >/dev/null 2>&1; then
+    arms=""
+    for arm_spec in "${ARMS[@]}"; do arms="$arms ${arm_spec%%:*}"; done
+    gnuplot -e "data='$OUT/accuracy_mean.tsv'; arms='${arms# }'; out='$OUT/accuracy_by_position.png'; plot_title='running parity ($ANSWERS): accuracy by position, ${SEEDS// /,} seeds'" \
+        experiments/plot/accuracy_by_position.gp
+fi
 cat "$OUT/table.md"

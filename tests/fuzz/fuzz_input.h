@@ -23,17 +23,22 @@ static inline uint8_t fuzz_u8(fuzz_input *in) { return in->at < in->size ? in->d
 
 static inline uint64_t fuzz_u64(fuzz_input *in, int bytes) {
     uint64_t v = 0;
-    for (int i = 0; i < bytes; i++) v = v << 8 | fuzz_u8(in);
+    for (int i = 0; i < bytes; i++)
+        v = v << 8 | fuzz_u8(in);
     return v;
 }
 
 /* Mostly small values, sometimes extreme ones: where the bugs are. */
 static inline int64_t fuzz_int(fuzz_input *in) {
     switch (fuzz_u8(in) % 8) {
-    case 0: return -(int64_t)fuzz_u64(in, 1);
-    case 1: return (int64_t)fuzz_u64(in, 8);
-    case 2: return (int64_t)1 << (fuzz_u8(in) % 63);
-    default: return (int64_t)fuzz_u64(in, 1);
+    case 0:
+        return -(int64_t)fuzz_u64(in, 1);
+    case 1:
+        return (int64_t)fuzz_u64(in, 8);
+    case 2:
+        return (int64_t)1 << (fuzz_u8(in) % 63);
+    default:
+        return (int64_t)fuzz_u64(in, 1);
     }
 }
 

@@ -1,0 +1,152 @@
+# Study (10), the data sweep of issue 16: the Decode-Branch twin against its
+# baseline and three controls in the paper's regime, D = 10, 20, 40, 80
+# training tokens per non-embedding parameter, llama with the paper's recipe
+# (experiments/configs/study_dsweep.ini: paper_recipe.ini's Muon + AdamW
+# groups and WSD at V 4096) on the large BPE corpus. Sourced by
+# experiments/run.sh (`experiments/run.sh dsweep --seeds "1 2 3 4"
+# --threads 1 [--d "10 20"] [--rows "base twin"]`); see README.md beside
+# this file.
+#
+# One folder per D, OUT/dsweep/D<D>/, with the house table (table.md: per row
+# the seeds' mean ± sd), compare.txt (`dbranch compare` of every arm against
+# the baseline: paired mean difference, 95% interval, p) and, over all D,
+# OUT/dsweep/gap.tsv, gap.md and gap_vs_d.png (the paper's figure: the gap
+# against D). Budget of a D: D x N, N the non-embedding parameters, the
+# layers' count of `dbranch info` on the config ("x n_layer" row; embeddings,
+# head and final norm left out), or DSWEEP_PARAMS when set.
+#
+# Environment: DSWEEP_CONFIG (default study_dsweep.ini, under
+# experiments/configs/), DSWEEP_CORPUS (default large_bpe4096: `dbranch
+# prepare --preset large --tokenizer bpe --vocab 4096`, made on first use;
+# --quick: kjv, byte tokens; V 8192: DSWEEP_CONFIG=paper_recipe.ini
+# DSWEEP_CORPUS=large_bpe8192), DSWEEP_PARAMS (--quick: 154, so D = 10 is
+# 1540 tokens, about the house's quick budget).
+# shellcheck shell=bash
+
+# Arm name -> its `row` arguments after the config and corpus (the baseline
+# "base" is the reference of every other arm).
+dsweep_arm_sets() { # arm
+    case "$1" in
+    base) echo "" ;;
+    twin) echo "--set model.branch=decode" ;;
+    twin-shared) echo "--set model.branch=decode --set model.branch_emb=shared" ;;
+    tables2) echo "--set model.tok_emb_tables=2" ;;
+    base-2x) echo "" ;; # TOKEN_FACTOR=2 (the compute control)
+    *) echo "run.sh dsweep: unknown arm '$1' (base twin twin-shared tables2 base-2x)" >&2; return 1 ;;
+    esac
+}
+DSWEEP_ARMS="base twin twin-shared tables2 base-2x"
+
+# Non-embedding parameters of the study model as run (the config, plus the
+# model keys of --set): the primary column of dbranch info's "x n_layer" row.
+dsweep_params() { # config
+    local sets=() i
+    for ((i = 0; i < ${#EXTRA_SETS[@]}; i += 2)); do
+        case "${EXTRA_SETS[i + 1]}" in model.*) sets+=(--set "${EXTRA_SETS[i + 1]}") ;; esac
+    done
+    "$DBRANCH" info "experiments/configs/$1" "${sets[@]}" | awk '$1 == "x" && $2 == "n_layer" { print $5 }'
+}
+
+# The arm-vs-baseline statistics of one D: compare.txt (dbranch compare's
+# table per arm, the text the README quotes) and one gap.tsv line per arm:
+# D arm pairs diff% lo% hi% p arm_sd% base_sd% (the interval in % of the
+# baseline mean over the pairs; sd = the seeds' spread of each arm's loss).
+dsweep_compare() { # D
+    local d=$1 dir="$OUT/dsweep/D$1" arm
+    : >"$dir/compare.txt"
+    for arm in $DSWEEP_ARMS; do
+        [ "$arm" != base ] || continue
+        local base_runs=() arm_runs=() run
+        for run in "$dir"/base/seed*; do [ -f "$run/done" ] && base_runs+=("$run"); done
+        for run in "$dir/$arm"/seed*; do [ -f "$run/done" ] && arm_runs+=("$run"); done
+        if [ ${#base_runs[@]} -lt 2 ] || [ ${#arm_runs[@]} -lt 2 ]; then
+            printf '%s: fewer than 2 finished seeds of base or %s\n\n' "$arm" "$arm" >>"$dir/compare.txt"
+            continue
+        fi
+        local rel_base=() rel_arm=()
+        for run in "${base_runs[@]}"; do rel_base+=("$(exp_relative "$run")"); done
+        for run in "${arm_runs[@]}"; do rel_arm+=("$(exp_relative "$run")"); done
+        printf '## %s vs base\n' "$arm" >>"$dir/compare.txt"
+        "$DBRANCH" compare --reference "${rel_base[0]}" "${rel_base[@]}" "${rel_arm[@]}" >>"$dir/compare.txt" 2>&1 ||
+            true
+        printf '\n' >>"$dir/compare.txt"
+        # The JSON's second arm object is the arm (the first is the reference).
+        "$DBRANCH" compare --json --reference "${rel_base[0]}" "${rel_base[@]}" "${rel_arm[@]}" 2>/dev/null |
+            awk -v d="$d" -v arm="$arm" -v table="$dir/table.tsv" '
+            function field(s, k,   r) { r = s; if (!sub(".*\"" k "\":", "", r)) return "nan"
+                sub(/[,}].*/, "", r); return r }
+            BEGIN { while ((getline line < table) > 0) { split(line, f, "\t"); sd[f[1]] = f[5]; mean[f[1]] = f[4] } }
+            { n = split($0, parts, /\{"arm":/); s = parts[3]; ref = field(s, "reference_mean")
+              p = field(s, "p"); if (p == "null") p = "nan"
+              printf "%s\t%s\t%s\t%.4f\t%.4f\t%.4f\t%s\t%.4f\t%.4f\n", d, arm, field(s, "pairs"),
+                  field(s, "mean_diff_pct"), 100 * field(s, "ci95_low") / ref, 100 * field(s, "ci95_high") / ref, p,
+                  100 * sd[arm] / mean[arm], 100 * sd["base"] / mean["base"] }' >>"$OUT/dsweep/gap.tsv"
+    done
+}
+
+# gap.md from gap.tsv, and the plot of the gap against D (one line per arm,
+# the 95% interval as error bars).
+dsweep_gap_report() {
+    local tsv="$OUT/dsweep/gap.tsv"
+    {
+        printf '| D | arm | pairs | mean diff vs base | 95%% interval | p | arm seed sd | base seed sd |\n'
+        printf '|---|---|---|---|---|---|---|---|\n'
+        sort -t$'\t' -k1,1n -k2,2 "$tsv" | awk -F'\t' '{ printf "| %s | %s | %s | %+.2f%% | [%+.2f, %+.2f]%% | %s | %.2f%% | %.2f%% |\n",
+            $1, $2, $3, $4, $5, $6, ($7 == "nan" ? "–" : sprintf("%.3g", $7)), $8, $9 }'
+    } >"$OUT/dsweep/gap.md"
+    exp_have_gnuplot || return 0
+    [ -s "$tsv" ] || return 0
+    local arms=() arm
+    for arm in $DSWEEP_ARMS; do
+        [ "$arm" = base ] || ! grep -q $'\t'"$arm"$'\t' "$tsv" || arms+=("$arm")
+    done
+    # each arm's points contiguous, so its line joins them (other arms' rows are NaN to it)
+    sort -t$'\t' -k2,2 -k1,1n "$tsv" >"$OUT/dsweep/gap_by_arm.tsv"
+    gnuplot -e "data='$OUT/dsweep/gap_by_arm.tsv'; arms='${arms[*]}'; out='$OUT/dsweep/gap_vs_d.png'; plot_title='dsweep: each arm vs the baseline, paired by seed (llama, paper recipe)'" \
+        "$ROOT/experiments/plot/gap_vs_d.gp"
+}
+
+study_dsweep() {
+    if [ -n "$TOKENS_OVERRIDE" ]; then
+        echo "run.sh dsweep: the budget is D x the non-embedding parameters (--d, DSWEEP_PARAMS), not --tokens" >&2
+        exit 2
+    fi
+    local config=${DSWEEP_CONFIG:-study_dsweep.ini} corpus=${DSWEEP_CORPUS:-large_bpe4096} params=${DSWEEP_PARAMS:-}
+    if [ "$QUICK" = 1 ]; then
+        corpus=${DSWEEP_CORPUS:-kjv}
+        params=${DSWEEP_PARAMS:-154}
+    fi
+    [ -n "$params" ] || params=$(dsweep_params "$config")
+    [ -n "$params" ] && [ "$params" -gt 0 ] || { echo "run.sh dsweep: no non-embedding parameter count" >&2; exit 1; }
+    echo "== dsweep: $config on $corpus, N = $params non-embedding parameters, D = ${DSWEEP_D:-10 20 40 80}" >&2
+    mkdir -p "$OUT/dsweep"
+    local d arm sets
+    for d in ${DSWEEP_D:-10 20 40 80}; do
+        CURRENT=dsweep/D$d
+        mkdir -p "$OUT/$CURRENT"
+        : >"$OUT/$CURRENT/rows.tsv"
+        echo "== study $CURRENT -> $OUT/$CURRENT ($((d * params)) tokens)" >&2
+        TOKENS_OVERRIDE=$((d * params))
+        for arm in $DSWEEP_ARMS; do
+            sets=$(dsweep_arm_sets "$arm")
+            local ref=base factor=""
+            [ "$arm" != base ] || ref=-
+            [ "$arm" != base-2x ] || factor=2
+            # shellcheck disable=SC2086 # the arm's settings are separate words
+            TOKEN_FACTOR=$factor row "$arm" "$ref" "$config" "$corpus" $sets
+        done
+        TOKENS_OVERRIDE=""
+        end_study
+        # shellcheck disable=SC2086 # one word per arm
+        exp_plot_curves "$CURRENT" all "dsweep D = $d: validation loss" $DSWEEP_ARMS
+    done
+    # The statistics of every D trained so far (this invocation's or earlier ones').
+    : >"$OUT/dsweep/gap.tsv"
+    local dir
+    for dir in "$OUT"/dsweep/D*/; do
+        [ -f "$dir/rows.tsv" ] || continue
+        dir=${dir%/}
+        dsweep_compare "${dir##*/D}"
+    done
+    dsweep_gap_report
+}
