@@ -6,14 +6,21 @@
 
 #include <math.h>
 
+/* The simd reduction lets the compiler split the sum over vector lanes (a
+ * plain float sum is one serial chain: the scan's scores and the backward's
+ * d_o . v spent most of a recurrent step waiting on it). */
+// a [n], b [n]
 static float dot(const float *a, const float *b, int64_t n) {
     float s = 0.0f;
+#pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < n; i++)
         s += a[i] * b[i];
     return s;
 }
 
-static void add_scaled(float *dst, const float *src, float a, int64_t n) {
+// dst [n] += a * src [n]
+static void add_scaled(float *dst, const float *restrict src, float a, int64_t n) {
+#pragma omp simd
     for (int64_t i = 0; i < n; i++)
         dst[i] += a * src[i];
 }
@@ -65,29 +72,40 @@ void k_recurrent_attention_forward_range(float *out, float *lse, const float *q,
         }
 }
 
+/* Keys outermost: each key's gradient rows (the cache row s, Hkv*hd floats)
+ * are read and written once for all heads while they are in cache; with
+ * heads outermost every head swept all t+1 rows, ld apart, and the
+ * backward spent most of its time on those stores. A key's score is
+ * recomputed in place (no scores array). Per row of the gradients the sums
+ * run in the same order as before (s ascending into d_q, h ascending into
+ * d_k and d_v), so the results are unchanged. */
 void k_recurrent_attention_backward(float *d_q, const k_recurrent_key_grads *grads, const float *d_out, const float *q,
                                     const float *out, const float *lse, int64_t n_rows, const k_recurrent_keys *keys,
                                     float *scratch) {
     const int64_t t = keys->t, H = keys->H, hd = keys->head_dim, group = H / keys->Hkv;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int64_t r = 0; r < n_rows; r++)
-        for (int64_t h = 0; h < H; h++) {
-            const int64_t kv = h / group, row = r * H + h;
-            const float *q_head = q + row * hd, *d_o = d_out + row * hd;
-            head_scores(scratch, q_head, keys, h);
-            const float D = dot(d_o, out + row * hd, hd);
-            for (int64_t s = 0; s <= t; s++) {
-                const float p = expf(scratch[s] - lse[row]);
-                const float d_score = p * (dot(d_o, value_at(keys, s, kv), hd) - D) * scale;
-                const int persistent = s < t;
-                float *d_k = persistent ? grads->d_k_cache : grads->d_k_tmp;
-                float *d_v = persistent ? grads->d_v_cache : grads->d_v_tmp;
+    float *D = scratch; /* [H] d_out . out of each head */
+    for (int64_t r = 0; r < n_rows; r++) {
+        for (int64_t h = 0; h < H; h++)
+            D[h] = dot(d_out + (r * H + h) * hd, out + (r * H + h) * hd, hd);
+        for (int64_t s = 0; s <= t; s++) {
+            const int persistent = s < t;
+            float *d_k = persistent ? grads->d_k_cache : grads->d_k_tmp;
+            float *d_v = persistent ? grads->d_v_cache : grads->d_v_tmp;
+            for (int64_t h = 0; h < H; h++) {
+                const int64_t kv = h / group, row = r * H + h;
+                const float *q_head = q + row * hd, *d_o = d_out + row * hd, *k_s = key_at(keys, s, kv);
+                const float slope = keys->slopes ? keys->slopes[h] : 0.0f;
+                const float score = dot(q_head, k_s, hd) * scale - (float)(t - s) * slope;
+                const float p = expf(score - lse[row]);
+                const float d_score = p * (dot(d_o, value_at(keys, s, kv), hd) - D[h]) * scale;
                 const int64_t at = (persistent ? s * keys->ld : 0) + kv * hd;
-                if (d_q) add_scaled(d_q + row * hd, key_at(keys, s, kv), d_score, hd);
+                if (d_q) add_scaled(d_q + row * hd, k_s, d_score, hd);
                 if (d_k) add_scaled(d_k + at, q_head, d_score, hd);
                 if (d_v) add_scaled(d_v + at, d_o, p, hd);
             }
         }
+    }
 }
 
 /* ---- the tiled schedule ---- */

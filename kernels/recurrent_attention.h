@@ -45,7 +45,7 @@ void k_recurrent_attention_forward_range(float *out, float *lse, const float *q,
 
 /* The backward of one query position: d_q [n_rows, H*hd] and the key
  * gradients accumulated (+=) from d_out [n_rows, H*hd], with the forward's
- * q, out and lse. scratch: t+1 floats. */
+ * q, out and lse. scratch: H floats. */
 void k_recurrent_attention_backward(float *d_q, const k_recurrent_key_grads *grads, const float *d_out, const float *q,
                                     const float *out, const float *lse, int64_t n_rows, const k_recurrent_keys *keys,
                                     float *scratch);

@@ -170,7 +170,7 @@ static void attention_backward(ag_ctx *ctx, ag_node *node) {
     const int64_t B = k->shape[0], T = k->shape[1], W = k->shape[2], Q = q->shape[2], n = a->t1 - a->t0;
     float *d_q = ag_grad(ctx, q), *d_k = ag_grad(ctx, k), *d_v = ag_grad(ctx, node->in[2]);
     float *d_kp = ag_grad(ctx, node->in[3]), *d_vp = ag_grad(ctx, node->in[4]);
-    float *scratch = ag_temp(ctx, a->t1);
+    float *scratch = ag_temp(ctx, a->H); /* the backward's [H] */
     if (!scratch) return;
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = a->t0; t < a->t1; t++) {
