@@ -278,3 +278,75 @@ Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = set
     cr_assert_eq(done_already, 8, "%d of the control study's 8 runs were found finished", done_already);
     cr_assert_eq(trained, 0, "%d runs were trained again", trained);
 }
+
+/* A run cut off between checkpoints (EXP_CHECKPOINT_EVERY, experiments/lib/
+ * common.sh) is continued from its checkpoint, not started again. The cut is
+ * simulated deterministically: a finished run kept with its checkpoint
+ * (KEEP_CHECKPOINT=1) loses its `done` mark and its log's last lines, as a
+ * sitting killed after its last checkpoint would. The rerun must resume (its
+ * message, the `resumed` mark), keep the log's first part, end with the
+ * uninterrupted run's final evaluation, and drop the checkpoint. */
+Test(cli_experiments, interrupted_run_resumes_from_its_checkpoint, .init = setup, .fini = teardown, .timeout = 300) {
+    const char *source = getenv("DBRANCH_SOURCE_DIR");
+    cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
+    test_dbranch_binary();
+    char command[2048], run_dir[256], path[512], line[4096];
+    snprintf(run_dir, sizeof run_dir, "%s/out/recurrent/1536/standard-4L/seed1", work_dir);
+    const char *study_args = "recurrent --quick --threads 1 --seeds 1 --rows standard-4L";
+    snprintf(command, sizeof command,
+             "EXP_CHECKPOINT_EVERY=4 KEEP_CHECKPOINT=1 '%s/experiments/run.sh' %s --out '%s/out' --data-dir '%s/data' "
+             ">'%s/first.txt' 2>&1",
+             source, study_args, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the first run failed (see %s/first.txt)", work_dir);
+    snprintf(path, sizeof path, "%s/checkpoint.h5", run_dir);
+    cr_assert(file_exists(path), "KEEP_CHECKPOINT=1 kept no checkpoint at %s", path);
+
+    /* The uninterrupted run's last evaluation line, then the cut: no `done`, the last 3 log lines gone. */
+    char final_eval[4096] = "";
+    snprintf(path, sizeof path, "%s/log.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL);
+    int n_lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        n_lines++;
+        if (strstr(line, "\"type\":\"eval\"")) snprintf(final_eval, sizeof final_eval, "%s", line);
+    }
+    fclose(f);
+    cr_assert(final_eval[0] && n_lines > 4, "no evaluation in %s", path);
+    snprintf(command, sizeof command, "cd '%s' && rm done && head -n %d log.jsonl >cut && mv cut log.jsonl", run_dir,
+             n_lines - 3);
+    cr_assert_eq(system(command), 0);
+
+    snprintf(
+        command, sizeof command,
+        "EXP_CHECKPOINT_EVERY=4 '%s/experiments/run.sh' %s --out '%s/out' --data-dir '%s/data' >'%s/second.txt' 2>&1",
+        source, study_args, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the rerun failed (see %s/second.txt)", work_dir);
+    snprintf(command, sizeof command, "grep -q 'standard-4L/seed1: resuming from its checkpoint' '%s/second.txt'",
+             work_dir);
+    cr_assert_eq(system(command), 0, "the rerun did not resume the cut run");
+    const char *marks[] = {"done", "resumed"}; /* `done` is empty: access(), not file_exists() */
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", run_dir, marks[i]);
+        cr_assert(access(path, F_OK) == 0, "%s is missing after the resumed run", path);
+    }
+    snprintf(path, sizeof path, "%s/checkpoint.h5", run_dir);
+    cr_assert(!file_exists(path), "the finished run's checkpoint was kept");
+    char last_eval[4096] = "";
+    snprintf(path, sizeof path, "%s/log.jsonl", run_dir);
+    f = fopen(path, "r");
+    cr_assert(f != NULL);
+    int n_after = 0;
+    while (fgets(line, sizeof line, f)) {
+        n_after++;
+        if (strstr(line, "\"type\":\"eval\"")) snprintf(last_eval, sizeof last_eval, "%s", line);
+    }
+    fclose(f);
+    cr_assert_geq(n_after, n_lines - 3, "the log's first part was lost (%d lines, %d before the cut)", n_after,
+                  n_lines - 3);
+    /* The final evaluation equals the uninterrupted one up to the timing fields. */
+    char *cut_a = strstr(final_eval, "\"elapsed\""), *cut_b = strstr(last_eval, "\"elapsed\"");
+    if (cut_a) *cut_a = '\0';
+    if (cut_b) *cut_b = '\0';
+    cr_assert_str_eq(last_eval, final_eval, "the resumed run ends elsewhere");
+}

@@ -116,6 +116,10 @@ study_dsweep() {
         corpus=${DSWEEP_CORPUS:-kjv}
         params=${DSWEEP_PARAMS:-154}
     fi
+    # A twin at D >= 20 outlasts a sitting on 2 cores: checkpoints every 200
+    # steps (820k tokens, about 10 minutes of a twin), and a cut run resumes
+    # from its checkpoint (exp_train; commit the run folders when a sitting ends).
+    EXP_CHECKPOINT_EVERY=${EXP_CHECKPOINT_EVERY:-200}
     [ -n "$params" ] || params=$(dsweep_params "$config")
     [ -n "$params" ] && [ "$params" -gt 0 ] || { echo "run.sh dsweep: no non-embedding parameter count" >&2; exit 1; }
     echo "== dsweep: $config on $corpus, N = $params non-embedding parameters, D = ${DSWEEP_D:-10 20 40 80}" >&2

@@ -75,6 +75,13 @@ exp_relative() { # path
 #   exp_train STUDY ROW CONFIG CORPUS SEED [--set k=v ...]
 # The checkpoint is deleted afterwards unless KEEP_CHECKPOINT=1 (the caller
 # then deletes it): results are the logs.
+# Runs longer than a sitting: with EXP_CHECKPOINT_EVERY=N (steps; 0, the
+# default, leaves the command as it always was) the run writes its
+# checkpoint every N steps (to a temporary file, renamed), and a run folder
+# with the same command, a checkpoint and no `done` is continued from it
+# (`dbranch train --resume`: bit for bit as if it had not stopped, at the same
+# threads) instead of being started again. Commit the folder, checkpoint
+# included, when a sitting ends; the checkpoint goes when the run finishes.
 exp_train() {
     local study=$1 row=$2 config=$3 corpus=$4 seed=$5
     shift 5
@@ -83,7 +90,8 @@ exp_train() {
     local data
     data=$(exp_data "$corpus")
     local args=(train --config "experiments/configs/$config" --set "data.path=$(exp_relative "$data")"
-        --set "train.seed=$seed" --set train.checkpoint_every=0 --out "$(exp_relative "$dir")" --threads "$THREADS")
+        --set "train.seed=$seed" --set "train.checkpoint_every=${EXP_CHECKPOINT_EVERY:-0}" --out "$(exp_relative "$dir")"
+        --threads "$THREADS")
     if [ "$QUICK" = 1 ]; then
         exp_quick_sets "$ROOT/experiments/configs/$config"
         args+=("${QUICK_SETS[@]}")
@@ -109,6 +117,23 @@ exp_train() {
     command=$(printf '%q ' dbranch "${args[@]}")
     if [ -f "$dir/done" ] && [ "$(exp_without_out <"$dir/command.txt" 2>/dev/null)" = "$(printf '%s\n' "$command" | exp_without_out)" ]; then
         echo "   $study/$row/seed$seed: done already" >&2
+        return 0
+    fi
+    if [ ! -f "$dir/done" ] && [ -f "$dir/checkpoint.h5" ] &&
+        [ "$(exp_without_out <"$dir/command.txt" 2>/dev/null)" = "$(printf '%s\n' "$command" | exp_without_out)" ]; then
+        echo "   $study/$row/seed$seed: resuming from its checkpoint" >&2
+        local start=$SECONDS
+        echo "== resumed: dbranch train --resume $(exp_relative "$dir")/checkpoint.h5" >>"$dir/train.txt"
+        if ! "$DBRANCH" train --resume "$(exp_relative "$dir")/checkpoint.h5" --out "$(exp_relative "$dir")" \
+            --threads "$THREADS" >>"$dir/train.txt" 2>&1; then
+            echo "run.sh: resuming $study/$row/seed$seed failed; see $dir/train.txt:" >&2
+            tail -n 3 "$dir/train.txt" >&2
+            return 1
+        fi
+        echo "$((SECONDS - start))" >"$dir/seconds" # the last sitting's
+        date -u +%FT%TZ >>"$dir/resumed"
+        [ "${KEEP_CHECKPOINT:-0}" = 1 ] || rm -f "$dir/checkpoint.h5"
+        touch "$dir/done"
         return 0
     fi
     rm -rf "$dir"
