@@ -279,6 +279,20 @@ Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = set
     cr_assert_eq(trained, 0, "%d runs were trained again", trained);
 }
 
+/* The last evaluation line of a JSON-lines log into eval[size]; returns the log's line count. */
+static int last_eval_line(const char *path, char *eval, size_t size) {
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL, "%s is missing", path);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        n++;
+        if (strstr(line, "\"type\":\"eval\"")) snprintf(eval, size, "%s", line);
+    }
+    fclose(f);
+    return n;
+}
+
 /* A run cut off between checkpoints (EXP_CHECKPOINT_EVERY, experiments/lib/
  * common.sh) is continued from its checkpoint, not started again. The cut is
  * simulated deterministically: a finished run kept with its checkpoint
@@ -290,7 +304,7 @@ Test(cli_experiments, interrupted_run_resumes_from_its_checkpoint, .init = setup
     const char *source = getenv("DBRANCH_SOURCE_DIR");
     cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
     test_dbranch_binary();
-    char command[2048], run_dir[256], path[512], line[4096];
+    char command[2048], run_dir[256], path[512];
     snprintf(run_dir, sizeof run_dir, "%s/out/recurrent/1536/standard-4L/seed1", work_dir);
     const char *study_args = "recurrent --quick --threads 1 --seeds 1 --rows standard-4L";
     snprintf(command, sizeof command,
@@ -304,14 +318,7 @@ Test(cli_experiments, interrupted_run_resumes_from_its_checkpoint, .init = setup
     /* The uninterrupted run's last evaluation line, then the cut: no `done`, the last 3 log lines gone. */
     char final_eval[4096] = "";
     snprintf(path, sizeof path, "%s/log.jsonl", run_dir);
-    FILE *f = fopen(path, "r");
-    cr_assert(f != NULL);
-    int n_lines = 0;
-    while (fgets(line, sizeof line, f)) {
-        n_lines++;
-        if (strstr(line, "\"type\":\"eval\"")) snprintf(final_eval, sizeof final_eval, "%s", line);
-    }
-    fclose(f);
+    const int n_lines = last_eval_line(path, final_eval, sizeof final_eval);
     cr_assert(final_eval[0] && n_lines > 4, "no evaluation in %s", path);
     snprintf(command, sizeof command, "cd '%s' && rm done && head -n %d log.jsonl >cut && mv cut log.jsonl", run_dir,
              n_lines - 3);
@@ -334,14 +341,7 @@ Test(cli_experiments, interrupted_run_resumes_from_its_checkpoint, .init = setup
     cr_assert(!file_exists(path), "the finished run's checkpoint was kept");
     char last_eval[4096] = "";
     snprintf(path, sizeof path, "%s/log.jsonl", run_dir);
-    f = fopen(path, "r");
-    cr_assert(f != NULL);
-    int n_after = 0;
-    while (fgets(line, sizeof line, f)) {
-        n_after++;
-        if (strstr(line, "\"type\":\"eval\"")) snprintf(last_eval, sizeof last_eval, "%s", line);
-    }
-    fclose(f);
+    const int n_after = last_eval_line(path, last_eval, sizeof last_eval);
     cr_assert_geq(n_after, n_lines - 3, "the log's first part was lost (%d lines, %d before the cut)", n_after,
                   n_lines - 3);
     /* The final evaluation equals the uninterrupted one up to the timing fields. */
