@@ -180,7 +180,8 @@ static double mean_norm(const model *m, const char *part) {
     return sum / count;
 }
 
-static void train_tiny(const char *name, int branch, char *log_path, char *checkpoint_path) {
+/* The tiny llama both recipe tests train (untied head, Muon + AdamW groups, WSD), into work_dir/name. */
+static train_config tiny_recipe_config(const char *name) {
     train_config cfg = train_config_default();
     cfg.model = model_config_default(FAMILY_LLAMA);
     cfg.model.vocab_size = 256;
@@ -188,28 +189,38 @@ static void train_tiny(const char *name, int branch, char *log_path, char *check
     cfg.model.n_layer = 2;
     cfg.model.n_head = 2;
     cfg.model.d_model = 16;
-    cfg.model.branch = branch ? BRANCH_DECODE : BRANCH_NONE;
     snprintf(cfg.data_path, sizeof cfg.data_path, "%s", data_path);
     snprintf(cfg.out_dir, sizeof cfg.out_dir, "%s/%s", work_dir, name);
     cfg.batch_size = 2;
     cfg.seq_len = 16;
-    cfg.tokens = 6 * 2 * 16; /* 6 steps: evals at 3 and 6 */
-    cfg.eval_every = 3;
-    cfg.eval_windows = 2;
     cfg.lr = 1e-2;
-    cfg.vector_lr = 3e-2;
     cfg.optimizer = OPTIM_MUON;
     cfg.schedule = SCHEDULE_WSD;
     cfg.threads = 1;
-    cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
+    return cfg;
+}
+
+/* Validates and trains cfg to its end; log_path (or NULL) gets the log's path. */
+static void run_recipe(train_config *cfg, char *log_path) {
+    cr_assert_eq(train_config_validate(cfg), DT_OK, "%s", dt_error_message());
     trainer t;
     trainer_options options = {0};
-    cr_assert_eq(trainer_init(&t, &cfg, &options), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(trainer_init(&t, cfg, &options), DT_OK, "%s", dt_error_message());
     trainer_result result;
     cr_assert_eq(trainer_run(&t, &result), DT_OK, "%s", dt_error_message());
-    snprintf(log_path, PATH_BUF, "%s", t.log_path);
-    snprintf(checkpoint_path, PATH_BUF, "%s/checkpoint.h5", cfg.out_dir);
+    if (log_path) snprintf(log_path, PATH_BUF, "%s", t.log_path);
     trainer_free(&t);
+}
+
+static void train_tiny(const char *name, int branch, char *log_path, char *checkpoint_path) {
+    train_config cfg = tiny_recipe_config(name);
+    cfg.model.branch = branch ? BRANCH_DECODE : BRANCH_NONE;
+    cfg.tokens = 6 * 2 * 16; /* 6 steps: evals at 3 and 6 */
+    cfg.eval_every = 3;
+    cfg.eval_windows = 2;
+    cfg.vector_lr = 3e-2;
+    run_recipe(&cfg, log_path);
+    snprintf(checkpoint_path, PATH_BUF, "%s/checkpoint.h5", cfg.out_dir);
 }
 
 /* The last eval line of a log (and how many there were). */
@@ -262,34 +273,14 @@ Test(train_recipe, eval_lines_carry_the_branch_norms_of_the_weights, .init = set
 /* Trains the tiny llama (untied head, Muon + AdamW groups, no clipping) and
  * loads its checkpoint into *m. */
 static void train_embed(const char *name, int tables, double embed_lr, model *m) {
-    train_config cfg = train_config_default();
-    cfg.model = model_config_default(FAMILY_LLAMA);
-    cfg.model.vocab_size = 256;
-    cfg.model.block_size = 16;
-    cfg.model.n_layer = 2;
-    cfg.model.n_head = 2;
-    cfg.model.d_model = 16;
+    train_config cfg = tiny_recipe_config(name);
     cfg.model.tok_emb_tables = tables;
-    snprintf(cfg.data_path, sizeof cfg.data_path, "%s", data_path);
-    snprintf(cfg.out_dir, sizeof cfg.out_dir, "%s/%s", work_dir, name);
-    cfg.batch_size = 2;
-    cfg.seq_len = 16;
     cfg.tokens = 8 * 2 * 16;
     cfg.eval_every = 8;
     cfg.eval_windows = 1;
-    cfg.lr = 1e-2;
     cfg.embed_lr = embed_lr;
     cfg.grad_clip = 0.0; /* the global norm would count the embedding gradient twice */
-    cfg.optimizer = OPTIM_MUON;
-    cfg.schedule = SCHEDULE_WSD;
-    cfg.threads = 1;
-    cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
-    trainer t;
-    trainer_options options = {0};
-    cr_assert_eq(trainer_init(&t, &cfg, &options), DT_OK, "%s", dt_error_message());
-    trainer_result result;
-    cr_assert_eq(trainer_run(&t, &result), DT_OK, "%s", dt_error_message());
-    trainer_free(&t);
+    run_recipe(&cfg, NULL);
     char path[PATH_BUF];
     snprintf(path, sizeof path, "%s/checkpoint.h5", cfg.out_dir);
     cr_assert_eq(model_load(m, path), DT_OK, "%s", dt_error_message());
