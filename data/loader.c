@@ -33,8 +33,6 @@ dt_status data_loader_init(data_loader *loader, data_tokens *tokens, int64_t bat
     if (n_train < seq_len + shift)
         return dt_errorf("%s: /train has %lld tokens, fewer than a window of %lld", tokens->path, (long long)n_train,
                          (long long)(seq_len + shift));
-    loader->window = malloc((size_t)(seq_len + 1) * sizeof *loader->window);
-    if (!loader->window) return dt_errorf("loader: out of memory for a window of %lld tokens", (long long)seq_len);
     loader->tokens = tokens;
     loader->batch_size = batch_size;
     loader->seq_len = seq_len;
@@ -45,8 +43,19 @@ dt_status data_loader_init(data_loader *loader, data_tokens *tokens, int64_t bat
 
 void data_loader_free(data_loader *loader) {
     if (!loader) return;
-    free(loader->window);
     memset(loader, 0, sizeof *loader);
+}
+
+/* The window of T positions at start: its tokens, and as targets the next
+ * tokens (no staging buffer: the inputs shifted plus one more) or, in a
+ * labelled file, the stored ones. */
+// inputs [T], targets [T]
+static dt_status read_window(data_tokens *tokens, data_split split, int64_t start, int64_t T, int32_t *inputs,
+                             int32_t *targets) {
+    if (data_tokens_read(tokens, split, start, T, inputs) != DT_OK) return DT_ERR;
+    if (tokens->has_target[split]) return data_tokens_read_targets(tokens, split, start, T, targets);
+    if (T > 1) memcpy(targets, inputs + 1, (size_t)(T - 1) * sizeof *targets);
+    return data_tokens_read(tokens, split, start + T, 1, targets + T - 1);
 }
 
 // inputs [B, T], targets [B, T]
@@ -58,15 +67,7 @@ dt_status data_loader_next(data_loader *loader, int32_t *inputs, int32_t *target
     for (int64_t b = 0; b < loader->batch_size; b++) {
         int64_t start = (int64_t)dt_rng_below(&loader->rng, n_starts) * (R ? R : 1);
         loader->windows_drawn++;
-        if (loader->tokens->has_target[SPLIT_TRAIN]) { /* labelled: T tokens and their own T targets */
-            if (data_tokens_read(loader->tokens, SPLIT_TRAIN, start, T, inputs + b * T) != DT_OK ||
-                data_tokens_read_targets(loader->tokens, SPLIT_TRAIN, start, T, targets + b * T) != DT_OK)
-                return DT_ERR;
-            continue;
-        }
-        if (data_tokens_read(loader->tokens, SPLIT_TRAIN, start, T + 1, loader->window) != DT_OK) return DT_ERR;
-        memcpy(inputs + b * T, loader->window, (size_t)T * sizeof *inputs);
-        memcpy(targets + b * T, loader->window + 1, (size_t)T * sizeof *targets);
+        if (read_window(loader->tokens, SPLIT_TRAIN, start, T, inputs + b * T, targets + b * T) != DT_OK) return DT_ERR;
     }
     return DT_OK;
 }
@@ -88,12 +89,5 @@ dt_status data_split_window(data_tokens *tokens, data_split split, int64_t index
                          (long long)index, split == SPLIT_TRAIN ? "/train" : "/val", (long long)n_windows,
                          (long long)seq_len);
     int64_t start = index * (tokens->record_len ? tokens->record_len : seq_len);
-    if (tokens->has_target[split])
-        return data_tokens_read(tokens, split, start, seq_len, inputs) == DT_OK
-                   ? data_tokens_read_targets(tokens, split, start, seq_len, targets)
-                   : DT_ERR;
-    /* No staging buffer: inputs holds tokens [start, start+T), targets reuses them shifted plus one more. */
-    if (data_tokens_read(tokens, split, start, seq_len, inputs) != DT_OK) return DT_ERR;
-    if (seq_len > 1) memcpy(targets, inputs + 1, (size_t)(seq_len - 1) * sizeof *targets);
-    return data_tokens_read(tokens, split, start + seq_len, 1, targets + seq_len - 1);
+    return read_window(tokens, split, start, seq_len, inputs, targets);
 }

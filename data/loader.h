@@ -21,7 +21,6 @@ typedef struct data_loader {
     int64_t seq_len;
     dt_rng rng;
     uint64_t windows_drawn;
-    int32_t *window; /* [T + 1] staging buffer */
 } data_loader;
 
 /* Fails when the train split is shorter than T + 1 tokens. */
