@@ -1,5 +1,6 @@
 /* ag_linear: y = x W^T (+ b) over the last dim of x (leading dims flattened to
- * rows), forward and backward through the BLIS-backed k_linear_* kernels; and
+ * rows), forward and backward through the BLIS-backed k_linear_* kernels (or,
+ * when the tape runs bf16 products, kernels/gemm_bf16.h); and
  * its fused forms: the MLP's first map with its GELU (ag_linear_gelu), a map
  * added onto the residual stream (ag_linear_residual), the whole GPT-2 MLP
  * with the GELU output recomputed in the backward (ag_mlp_gelu), and the
@@ -12,6 +13,50 @@
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
+
+/* ---- the tape's products (ag_ctx.bf16_products): float32, or operands
+ * rounded to bfloat16 with float32 sums, a weight read through its own bf16
+ * copy when it has one (models refresh those once per step) ---- */
+
+/* C [M,N] = A [M,K] · op(W) + beta C; op(W) is W^T (W [N,K], trans_w) or W (W [K,N]).
+ * A bf16 product can fail (out of memory for its operand scratch): then the
+ * tape's backward_failed is set too, so ag_backward reports it. */
+static dt_status times_weight(ag_ctx *ctx, int trans_w, int64_t M, int64_t N, int64_t K, const float *A,
+                              const dt_tensor *W, float beta, float *C) {
+    const int64_t ldw = dt_cols(W);
+    if (!ctx->bf16_products) {
+        k_gemm(0, trans_w, M, N, K, 1.0f, A, K, dt_f32(W), ldw, beta, C, N);
+        return DT_OK;
+    }
+    if (k_gemm_bf16(0, trans_w, M, N, K, 1.0f, A, NULL, K, dt_f32(W), W->bf16, ldw, beta, C, N) == DT_OK) return DT_OK;
+    ctx->backward_failed = 1;
+    return DT_ERR;
+}
+
+/* out [M,N] = in [M,K] · weight [N,K]^T + bias [N] (bias may be NULL) */
+static dt_status linear_forward(ag_ctx *ctx, float *out, const float *in, const dt_tensor *weight,
+                                const dt_tensor *bias, int64_t M, int64_t K, int64_t N) {
+    if (!ctx->bf16_products) {
+        k_linear_forward(out, in, dt_f32(weight), bias ? dt_f32(bias) : NULL, M, K, N);
+        return DT_OK;
+    }
+    if (bias) k_broadcast_rows(out, dt_f32(bias), M, N);
+    return times_weight(ctx, 1, M, N, K, in, weight, bias ? 1.0f : 0.0f, out);
+}
+
+/* d_weight [N,K] += d_out [M,N]^T · in [M,K]; d_bias [N] += column sums of d_out (NULLs skipped) */
+static void weight_gradients(ag_ctx *ctx, float *d_weight, float *d_bias, const float *d_out, const float *in,
+                             const dt_tensor *weight, int64_t M, int64_t K, int64_t N) {
+    if (!ctx->bf16_products) {
+        k_linear_backward(NULL, d_weight, d_bias, d_out, in, dt_f32(weight), M, K, N);
+        return;
+    }
+    if (M <= 0 || N <= 0) return;
+    if (d_weight && k_gemm_bf16(1, 0, N, K, M, 1.0f, d_out, NULL, N, in, NULL, K, 1.0f, d_weight, K) != DT_OK)
+        ctx->backward_failed = 1;
+    if (d_bias) k_sum_rows(d_bias, d_out, M, N);
+}
 
 /* Checks x [..., K] against weight [N, K] and bias [N] (or NULL). */
 static int check_linear(const char *op, const dt_tensor *x, const dt_tensor *weight, const dt_tensor *bias) {
@@ -39,9 +84,9 @@ static int check_linear(const char *op, const dt_tensor *x, const dt_tensor *wei
 static void linear_gradients(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const float *d_y) {
     const int64_t M = dt_rows(x), K = dt_cols(x), N = weight->shape[0];
     int accumulate;
-    float *d_x = ag_grad_for_write(ctx, x, &accumulate); // [M,K]
-    if (d_x) k_gemm(0, 0, M, K, N, 1.0f, d_y, N, dt_f32(weight), K, accumulate ? 1.0f : 0.0f, d_x, K);
-    k_linear_backward(NULL, ag_grad(ctx, weight), ag_grad(ctx, bias), d_y, dt_f32(x), dt_f32(weight), M, K, N);
+    float *d_x = ag_grad_for_write(ctx, x, &accumulate);                                      // [M,K]
+    if (d_x) (void)times_weight(ctx, 0, M, K, N, d_y, weight, accumulate ? 1.0f : 0.0f, d_x); /* failure: flagged */
+    weight_gradients(ctx, ag_grad(ctx, weight), ag_grad(ctx, bias), d_y, dt_f32(x), weight, M, K, N);
 }
 
 /* ---- linear: in x [M,K], weight [N,K], bias [N] or NULL; out [M,N] ---- */
@@ -57,7 +102,7 @@ dt_tensor *ag_linear(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bi
     int64_t M = dt_rows(x), K = dt_cols(x), N = weight->shape[0];
     dt_tensor *out = ag_tensor_like_rows(ctx, x, N); /* [..., N] */
     if (!out) return NULL;
-    k_linear_forward(dt_f32(out), dt_f32(x), dt_f32(weight), bias ? dt_f32(bias) : NULL, M, K, N);
+    if (linear_forward(ctx, dt_f32(out), dt_f32(x), weight, bias, M, K, N) != DT_OK) return NULL;
     dt_tensor *inputs[3] = {x, weight, bias};
     if (ag_needs_grad(ctx, inputs, 3) && !ag_record(ctx, op, linear_backward, out, inputs, 3)) return NULL;
     return out;
@@ -87,7 +132,7 @@ dt_tensor *ag_linear_gelu(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tenso
     dt_tensor *pre = ag_tensor_like_rows(ctx, x, N); /* [..., N] before the GELU */
     dt_tensor *out = ag_tensor_like_rows(ctx, x, N); /* [..., N] */
     if (!pre || !out) return NULL;
-    k_gemm(0, 1, M, N, K, 1.0f, dt_f32(x), K, dt_f32(weight), K, 0.0f, dt_f32(pre), N);
+    if (times_weight(ctx, 1, M, N, K, dt_f32(x), weight, 0.0f, dt_f32(pre)) != DT_OK) return NULL;
     k_bias_gelu_forward(dt_f32(out), dt_f32(pre), bias ? dt_f32(bias) : NULL, M, N);
     dt_tensor *inputs[3] = {x, weight, bias};
     if (ag_needs_grad(ctx, inputs, 3)) {
@@ -125,7 +170,7 @@ dt_tensor *ag_linear_residual(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt
     if (!out) return NULL;
     /* The linear output first, then the residual added onto it: a + b == b + a
      * exactly, so this is ag_add(residual, ag_linear(...)) to the bit. */
-    k_linear_forward(dt_f32(out), dt_f32(x), dt_f32(weight), bias ? dt_f32(bias) : NULL, M, K, N);
+    if (linear_forward(ctx, dt_f32(out), dt_f32(x), weight, bias, M, K, N) != DT_OK) return NULL;
     k_accumulate(dt_f32(out), dt_f32(residual), M * N);
     dt_tensor *inputs[4] = {residual, x, weight, bias};
     if (ag_needs_grad(ctx, inputs, 4) && !ag_record(ctx, op, linear_residual_backward, out, inputs, 4)) return NULL;
@@ -151,11 +196,11 @@ static void mlp_gelu_backward(ag_ctx *ctx, ag_node *node) {
     float *hidden = ag_temp(ctx, M * F);   /* [M,F] gelu(pre), the forward's GELU output recomputed */
     float *d_hidden = ag_temp(ctx, M * F); /* [M,F] d_out proj, then d_pre in place */
     if (!hidden || !d_hidden) return;      /* out of memory: the arena recorded why */
-    k_gemm(0, 0, M, F, C, 1.0f, d_out, C, dt_f32(proj), F, 0.0f, d_hidden, F);
+    if (times_weight(ctx, 0, M, F, C, d_out, proj, 0.0f, d_hidden) != DT_OK) return; /* flagged for ag_backward */
     /* one sweep over pre: the GELU output and d_pre from the same gates, d_b_fc += column sums */
     k_gelu_recompute_backward(hidden, d_hidden, ag_grad(ctx, fc_bias), d_hidden, dt_f32(pre), M, F);
     /* proj: d_W += d_out^T hidden, d_b += column sums of d_out */
-    k_linear_backward(NULL, ag_grad(ctx, proj), ag_grad(ctx, proj_bias), d_out, hidden, dt_f32(proj), M, F, C);
+    weight_gradients(ctx, ag_grad(ctx, proj), ag_grad(ctx, proj_bias), d_out, hidden, proj, M, F, C);
     ag_temp_release(ctx, hidden);
     linear_gradients(ctx, x, fc, NULL, d_hidden); /* d_x, d_W_fc */
     ag_temp_release(ctx, d_hidden);
@@ -181,9 +226,9 @@ dt_tensor *ag_mlp_gelu(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor
     float *hidden = ag_temp(ctx, M * F); /* [M,F] gelu output, only while the forward runs */
     if (!hidden) return NULL;
     /* The arithmetic of ag_linear_gelu then ag_linear_residual, in that order. */
-    k_gemm(0, 1, M, F, C, 1.0f, dt_f32(x), C, dt_f32(fc), C, 0.0f, dt_f32(pre), F);
+    if (times_weight(ctx, 1, M, F, C, dt_f32(x), fc, 0.0f, dt_f32(pre)) != DT_OK) return NULL;
     k_bias_gelu_forward(hidden, dt_f32(pre), fc_bias ? dt_f32(fc_bias) : NULL, M, F);
-    k_linear_forward(dt_f32(out), hidden, dt_f32(proj), proj_bias ? dt_f32(proj_bias) : NULL, M, F, C_out);
+    if (linear_forward(ctx, dt_f32(out), hidden, proj, proj_bias, M, F, C_out) != DT_OK) return NULL;
     k_accumulate(dt_f32(out), dt_f32(residual), M * C_out);
     ag_temp_release(ctx, hidden);
     dt_tensor *inputs[6] = {residual, x, fc, fc_bias, proj, proj_bias};
@@ -251,7 +296,7 @@ dt_tensor *ag_linear_coupled(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_
     const float *bias_data = bias ? dt_f32(bias) : NULL;
     if (gelu) {
         /* GEMM into pre, then one pass: bias, GELU, coupling term */
-        k_gemm(0, 1, M, N, K, 1.0f, dt_f32(x), K, dt_f32(weight), K, 0.0f, dt_f32(pre), N);
+        if (times_weight(ctx, 1, M, N, K, dt_f32(x), weight, 0.0f, dt_f32(pre)) != DT_OK) return NULL;
         if (coupled)
             k_bias_gelu_couple_forward(dt_f32(out), dt_f32(pre), bias_data, dt_f32(coupled), dt_f32(couple), M, N);
         else
@@ -261,7 +306,7 @@ dt_tensor *ag_linear_coupled(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_
         /* The linear map first, then the terms added in the unfused order: a
          * zero coupling then gives the uncoupled numbers bit for bit (the
          * couple = off ablation identity). */
-        k_linear_forward(dt_f32(out), dt_f32(x), dt_f32(weight), bias_data, M, K, N);
+        if (linear_forward(ctx, dt_f32(out), dt_f32(x), weight, bias, M, K, N) != DT_OK) return NULL;
         if (coupled) k_accumulate_mul_vec(dt_f32(out), dt_f32(coupled), dt_f32(couple), M, N);
         if (residual) k_accumulate(dt_f32(out), dt_f32(residual), M * N);
     }

@@ -23,6 +23,7 @@ void ag_reset(ag_ctx *ctx) {
     ctx->n_nodes = 0;
     ctx->n_live_grads = 0;
     ctx->n_free_grads = 0;
+    ctx->backward_failed = 0;
     dt_arena_reset(&ctx->arena);
 }
 
@@ -186,5 +187,7 @@ dt_status ag_backward(ag_ctx *ctx, dt_tensor *loss) {
         node->backward(ctx, node);
         release_grad_buffer(ctx, node->out); /* every consumer of out ran before its producer */
     }
+    /* An op that could not finish its gradients said why (dt_errorf) and set the flag. */
+    if (ctx->backward_failed) return dt_error_context("backward");
     return DT_OK;
 }

@@ -53,6 +53,14 @@ struct ag_ctx {
     int n_nodes;
     int cap_nodes;
     int grad_enabled; /* 0: no-grad mode, ops record nothing */
+    /* 1: the linear ops' matrix products (forward and backward) round their
+     * operands to bfloat16 and sum in float32 (kernels/gemm_bf16.h), reading
+     * a weight's bf16 copy (dt_tensor.bf16) when it has one; train.precision
+     * = bf16 sets it. Everything else stays float32. */
+    int bf16_products;
+    /* Set by an op's backward that could not finish (its error message says
+     * why); ag_backward then fails. Cleared by ag_reset. */
+    int backward_failed;
     /* Arena gradient buffers handed out by ag_grad (live) and handed back by
      * ag_backward (free); heap arrays that grow during the first step only. */
     ag_grad_buffer *live_grads, *free_grads;

@@ -10,7 +10,11 @@
  * the step's own shape: forward, d_in, d_weight) runs after every step, and
  * both medians come from the same stretch of time. With --compare-branch the
  * baseline and its Decode-Branch twin alternate step by step for the same
- * reason, and their ratio is taken from those interleaved medians.
+ * reason, and their ratio is taken from those interleaved medians;
+ * --compare-precision does the same for train.precision = fp32 and bf16 of
+ * one model, with a second probe running the same products in bf16
+ * (kernels/gemm_bf16.h), so each run's MFU is against its own precision's
+ * GEMM rate.
  *
  * The step is the one train/parallel_step.h provides (the batch's rows split
  * over the threads, two parallel regions per step); --split ops runs one tape
@@ -59,6 +63,7 @@
 #include "data/loader.h"
 #include "data/tokens.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
 #include "models/recurrent.h"
 #include "optim/optim.h"
 #include "train/parallel_step.h"
@@ -94,9 +99,10 @@ typedef struct bench_options {
     int threads;
     int json;
     int compare_branch;
-    int compare_schedule; /* recurrent models: scan vs tiled (models/recurrent.h) */
-    int gemm_probe;       /* 0: --no-gemm-probe */
-    int split_rows;       /* 0: --split ops (one tape, kernels threaded per op) */
+    int compare_schedule;  /* recurrent models: scan vs tiled (models/recurrent.h) */
+    int compare_precision; /* train.precision fp32 vs bf16 of the same model */
+    int gemm_probe;        /* 0: --no-gemm-probe */
+    int split_rows;        /* 0: --split ops (one tape, kernels threaded per op) */
     uint64_t seed;
 } bench_options;
 
@@ -119,7 +125,8 @@ static void usage(FILE *out) {
             "usage: dbranch bench train [--config FILE.ini | --preset baby|char] [--family F] [--branch none|decode]\n"
             "                           [--set SECTION.KEY=VALUE]... [--data TOKENS.h5] [--steps N] [--warmup W]\n"
             "                           [--threads K] [--split rows|ops] [--seed S] [--compare-branch | "
-            "--compare-schedule]\n"
+            "--compare-schedule |\n"
+            "                           --compare-precision]\n"
             "                           [--no-gemm-probe] [--json]\n\n"
             "Times full training steps (forward, backward, global-norm clip, AdamW, zeroed gradients) on random\n"
             "tokens (or batches of --data) and reports tokens/s from the median step time, model FLOPs per token\n"
@@ -134,6 +141,9 @@ static void usage(FILE *out) {
             "                      the time ratios (step and forward+backward)\n"
             "  --compare-schedule  recurrent = 1 models: the per-position scan and the tiled schedule\n"
             "                      (models/recurrent.h) on the same model, steps interleaved, and their ratios\n"
+            "  --compare-precision train.precision = fp32 and bf16 on the same model, steps interleaved, each\n"
+            "                      run's MFU against the GEMM rate of its own precision (bf16 products: oneDNN\n"
+            "                      on AMX / AVX512_BF16, else float32 GEMMs of rounded operands)\n"
             "  --steps N           timed steps (default 20); --warmup W untimed steps first (default 3)\n"
             "  --threads K         threads for BLIS and OpenMP (default: OpenMP's default)\n"
             "  --split rows|ops    rows (default): each thread runs forward+backward of its share of the batch\n"
@@ -167,6 +177,10 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
         }
         if (!strcmp(a, "--compare-schedule")) {
             o->compare_schedule = 1;
+            continue;
+        }
+        if (!strcmp(a, "--compare-precision")) {
+            o->compare_precision = 1;
             continue;
         }
         if (!strcmp(a, "--no-gemm-probe")) {
@@ -216,8 +230,8 @@ static dt_status parse_options(int argc, char **argv, bench_options *o) {
     }
     if (o->config_path && o->preset) return dt_errorf("pass --config or --preset, not both");
     if (o->compare_branch && o->branch) return dt_errorf("--compare-branch runs both branch settings: drop --branch");
-    if (o->compare_branch && o->compare_schedule)
-        return dt_errorf("pass --compare-branch or --compare-schedule, not both");
+    if (o->compare_branch + o->compare_schedule + o->compare_precision > 1)
+        return dt_errorf("pass one of --compare-branch, --compare-schedule and --compare-precision");
     return DT_OK;
 }
 
@@ -333,6 +347,10 @@ static dt_status run_init(bench_run *r, const char *label, const train_config *c
         return DT_ERR;
     }
     r->ready = 1;
+    if (c->precision == TRAIN_PRECISION_BF16) {
+        if (model_enable_bf16(&r->model) != DT_OK) return DT_ERR;
+        r->parallel.bf16_products = 1;
+    }
     r->inputs = dt_tensor_new(DT_I32, DT_SHAPE(c->batch_size, c->seq_len));
     r->targets = dt_tensor_new(DT_I32, DT_SHAPE(c->batch_size, c->seq_len));
     r->step_s = calloc((size_t)steps, sizeof(double));
@@ -389,6 +407,7 @@ static dt_status run_step(bench_run *r, int64_t index, double *loss) {
     const train_config *c = &r->cfg;
     double forward = 0.0, backward = 0.0, region = 0.0, cpu = 0.0, objective = 0.0;
     const double start = bench_now_seconds();
+    model_refresh_bf16(&r->model); /* as trainer_step: the weights rounded once per step (bf16 runs) */
     for (int64_t micro = 0; micro < c->grad_accum; micro++) {
         if (next_batch(r) != DT_OK) return DT_ERR;
         train_parallel_losses losses;
@@ -428,17 +447,22 @@ static dt_status run_step(bench_run *r, int64_t index, double *loss) {
  * Split by rows (the step's default), each thread runs the three products on
  * its share of the M rows with single-threaded k_gemm calls in one parallel
  * region, into a d_W of its own: the GEMMs exactly as the data-parallel step
- * runs them. Split by ops, the three k_gemm calls split themselves. */
+ * runs them. Split by ops, the three k_gemm calls split themselves. A bf16
+ * probe runs the same products through k_gemm_bf16 (W from its bf16 copy,
+ * as the step reads weights). */
 typedef struct gemm_probe {
     int64_t M, N, K;
     int split_rows, n_threads;
+    int bf16;      /* products through k_gemm_bf16 */
+    uint16_t *w16; /* [N,K] W rounded (bf16 probes) */
     float *x, *w, *y, *dx;
     float *dw;    /* [n_threads, N, K] */
     double flops; /* of the three products */
 } gemm_probe;
 
-static dt_status probe_init(gemm_probe *p, int64_t M, int64_t N, int64_t K, int split_rows, uint64_t seed) {
+static dt_status probe_init(gemm_probe *p, int64_t M, int64_t N, int64_t K, int split_rows, int bf16, uint64_t seed) {
     memset(p, 0, sizeof *p);
+    p->bf16 = bf16;
     p->M = M;
     p->N = N;
     p->K = K;
@@ -455,6 +479,11 @@ static dt_status probe_init(gemm_probe *p, int64_t M, int64_t N, int64_t K, int 
     dt_rng_seed(&rng, seed);
     dt_rng_fill_normal(&rng, p->x, M * K, 1.0f);
     dt_rng_fill_normal(&rng, p->w, N * K, 0.02f);
+    if (bf16) {
+        p->w16 = malloc((size_t)(N * K) * sizeof(uint16_t));
+        if (!p->w16) return dt_errorf("out of memory for the GEMM probe");
+        k_bf16_round(p->w16, p->w, N * K);
+    }
     p->flops = 3.0 * 2.0 * (double)M * (double)N * (double)K;
     return DT_OK;
 }
@@ -465,6 +494,7 @@ static void probe_free(gemm_probe *p) {
     free(p->y);
     free(p->dx);
     free(p->dw);
+    free(p->w16);
     memset(p, 0, sizeof *p);
 }
 
@@ -473,6 +503,12 @@ static void probe_products(gemm_probe *p, int64_t first, int64_t rows, float *dw
     const int64_t N = p->N, K = p->K;
     const float *x = p->x + first * K;
     float *y = p->y + first * N, *dx = p->dx + first * K;
+    if (p->bf16) {
+        k_gemm_bf16(0, 1, rows, N, K, 1.0f, x, NULL, K, p->w, p->w16, K, 0.0f, y, N);  /* y = x W^T */
+        k_gemm_bf16(0, 0, rows, K, N, 1.0f, y, NULL, N, p->w, p->w16, K, 1.0f, dx, K); /* d_x += d_y W */
+        k_gemm_bf16(1, 0, N, K, rows, 1.0f, y, NULL, N, x, NULL, K, 1.0f, dw, K);      /* d_W += d_y^T x */
+        return;
+    }
     k_gemm(0, 1, rows, N, K, 1.0f, x, K, p->w, K, 0.0f, y, N);  /* y = x W^T */
     k_gemm(0, 0, rows, K, N, 1.0f, y, N, p->w, K, 1.0f, dx, K); /* d_x += d_y W */
     k_gemm(1, 0, N, K, rows, 1.0f, y, N, x, K, 1.0f, dw, K);    /* d_W += d_y^T x */
@@ -546,15 +582,16 @@ static void print_run_json(FILE *out, const bench_run *r, const run_summary *s, 
     const bench_train_cost *cost = &r->cost;
     fprintf(
         out,
-        "{\"label\": \"%s\", \"branch\": \"%s\", \"params\": %lld, \"params_flop\": %lld, "
+        "{\"label\": \"%s\", \"branch\": \"%s\", \"precision\": \"%s\", \"params\": %lld, \"params_flop\": %lld, "
         "\"params_flop_branch\": %lld, \"flops_per_token\": %.0f, \"step_ms\": %.4f, \"forward_ms\": %.4f, "
         "\"backward_ms\": %.4f, \"forward_backward_ms\": %.4f, \"optim_ms\": %.4f, \"forward_backward_cpu_ms\": %.4f, "
         "\"tokens_per_s\": %.2f, \"gflops\": %.3f, \"mfu\": %.4f, "
         "\"first_loss\": %.6f, \"last_loss\": %.6f, \"closed_form_bytes\": %.0f}",
-        r->label, model_branch_name(r->cfg.model.branch), (long long)cost->params_total, (long long)cost->params_flop,
-        (long long)cost->params_flop_branch, cost->flops_per_token, 1e3 * s->step_s, 1e3 * s->forward_s,
-        1e3 * s->backward_s, 1e3 * s->region_s, 1e3 * s->optim_s, 1e3 * s->forward_backward_cpu_s, s->tokens_per_s,
-        s->gflops, gemm_gflops > 0 ? s->gflops / gemm_gflops : 0.0, r->first_loss, r->last_loss, cost->bytes_total);
+        r->label, model_branch_name(r->cfg.model.branch), train_precision_name(r->cfg.precision),
+        (long long)cost->params_total, (long long)cost->params_flop, (long long)cost->params_flop_branch,
+        cost->flops_per_token, 1e3 * s->step_s, 1e3 * s->forward_s, 1e3 * s->backward_s, 1e3 * s->region_s,
+        1e3 * s->optim_s, 1e3 * s->forward_backward_cpu_s, s->tokens_per_s, s->gflops,
+        gemm_gflops > 0 ? s->gflops / gemm_gflops : 0.0, r->first_loss, r->last_loss, cost->bytes_total);
 }
 
 static int fail(void) {
@@ -598,10 +635,13 @@ int bench_train_main(int argc, char **argv) {
     bench_run runs[MAX_RUNS];
     memset(runs, 0, sizeof runs);
     int n_runs = 0, status = 1;
-    gemm_probe probe;
+    gemm_probe probe, probe16; /* float32 and (runs in bf16) bf16 products */
     memset(&probe, 0, sizeof probe);
+    memset(&probe16, 0, sizeof probe16);
+    const int any_bf16 = o.compare_precision || cfg.precision == TRAIN_PRECISION_BF16;
     double *probe_s = calloc((size_t)o.steps, sizeof(double)), *work = calloc((size_t)o.steps, sizeof(double));
-    if (!probe_s || !work) {
+    double *probe16_s = calloc((size_t)o.steps, sizeof(double));
+    if (!probe_s || !work || !probe16_s) {
         dt_errorf("out of memory");
         goto done;
     }
@@ -614,6 +654,12 @@ int bench_train_main(int argc, char **argv) {
             goto done;
         if (run_init(&runs[n_runs++], "decode-branch", &twin, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK)
             goto done;
+    } else if (o.compare_precision) {
+        train_config fp32 = cfg, bf16 = cfg;
+        fp32.precision = TRAIN_PRECISION_FP32;
+        bf16.precision = TRAIN_PRECISION_BF16;
+        if (run_init(&runs[n_runs++], "fp32", &fp32, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
+        if (run_init(&runs[n_runs++], "bf16", &bf16, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
     } else if (o.compare_schedule) {
         if (!cfg.model.recurrent) {
             dt_errorf("--compare-schedule needs a recurrent model (--set model.recurrent=1)");
@@ -626,9 +672,12 @@ int bench_train_main(int argc, char **argv) {
         if (run_init(&runs[n_runs++], label, &cfg, o.steps, !o.data_path, o.seed, o.split_rows) != DT_OK) goto done;
     }
     const int64_t B = cfg.batch_size, T = cfg.seq_len, C = cfg.model.d_model;
-    if (o.gemm_probe &&
-        probe_init(&probe, B * T, runs[0].model.config.d_ff, C, runs[0].parallel.n_workers > 1, o.seed + 7) != DT_OK)
+    if (o.gemm_probe && (probe_init(&probe, B * T, runs[0].model.config.d_ff, C, runs[0].parallel.n_workers > 1, 0,
+                                    o.seed + 7) != DT_OK ||
+                         (any_bf16 && probe_init(&probe16, B * T, runs[0].model.config.d_ff, C,
+                                                 runs[0].parallel.n_workers > 1, 1, o.seed + 7) != DT_OK)))
         goto done;
+    const int probe_bf16 = o.gemm_probe && any_bf16;
 
     /* Warm-up: the arena finds its size, BLIS its buffers, the pages their frames. */
     double loss;
@@ -638,6 +687,7 @@ int bench_train_main(int argc, char **argv) {
             if (run_step(&runs[i], -1, &loss) != DT_OK) goto done;
         }
         if (o.gemm_probe) probe_run(&probe);
+        if (probe_bf16) probe_run(&probe16);
     }
     for (int64_t s = 0; s < o.steps; s++) {
         for (int i = 0; i < n_runs; i++) {
@@ -647,6 +697,7 @@ int bench_train_main(int argc, char **argv) {
             runs[i].last_loss = loss;
         }
         if (o.gemm_probe) probe_s[s] = probe_run(&probe);
+        if (probe_bf16) probe16_s[s] = probe_run(&probe16);
     }
     const double rss = peak_rss_bytes();
     double arena_bytes = 0.0; /* per-step memory the runs' arenas settled at */
@@ -654,6 +705,7 @@ int bench_train_main(int argc, char **argv) {
         for (int w = 0; w < runs[i].parallel.n_workers; w++)
             arena_bytes += (double)dt_arena_capacity(&runs[i].parallel.contexts[w].arena);
     const double gemm_gflops = o.gemm_probe ? probe.flops / median(probe_s, o.steps, work) * 1e-9 : 0.0;
+    const double gemm16_gflops = probe_bf16 ? probe16.flops / median(probe16_s, o.steps, work) * 1e-9 : 0.0;
 
     run_summary summaries[MAX_RUNS];
     double closed_form = 0.0;
@@ -678,8 +730,17 @@ int bench_train_main(int argc, char **argv) {
                 "GFLOP/s\n",
                 (long long)probe.M, (long long)probe.N, (long long)probe.K,
                 probe.n_threads > 1 ? ", rows split over the threads as in the step" : "", gemm_gflops);
+    if (any_bf16) {
+        const k_bf16_gemm_engine engine = k_bf16_gemm_active();
+        fprintf(table, "bf16 products: %s%s%s%s", k_bf16_gemm_name(engine),
+                engine == K_BF16_GEMM_ONEDNN ? " (" : " (float32 GEMMs of bf16-rounded operands",
+                engine == K_BF16_GEMM_ONEDNN ? k_bf16_gemm_onednn_kernel() : "", ")");
+        if (probe_bf16) fprintf(table, ", the same GEMMs in bf16: %.1f GFLOP/s", gemm16_gflops);
+        fprintf(table, "\n");
+    }
     for (int i = 0; i < n_runs; i++)
-        print_run_table(table, &runs[i], &summaries[i], gemm_gflops);
+        print_run_table(table, &runs[i], &summaries[i],
+                        runs[i].cfg.precision == TRAIN_PRECISION_BF16 ? gemm16_gflops : gemm_gflops);
     const bench_train_cost *c0 = &runs[0].cost;
     fprintf(table,
             "peak RSS %.1f MB vs closed form %.1f MB (params %.1f + grads %.1f + Adam %.1f + activations %.1f%s): "
@@ -705,8 +766,10 @@ int bench_train_main(int argc, char **argv) {
                model_family_name(mc->family), (long long)mc->vocab_size, (long long)T, (long long)B,
                (long long)mc->n_layer, (long long)mc->n_head, (long long)C, (long long)cfg.grad_accum, threads,
                job ? job->size : 1, dt_comm_reduce_name(cfg.reduce), (long long)o.steps, (long long)o.warmup);
-        printf(" \"gemm\": {\"M\": %lld, \"N\": %lld, \"K\": %lld, \"gflops\": %.3f},\n", (long long)probe.M,
-               (long long)probe.N, (long long)probe.K, gemm_gflops);
+        printf(" \"gemm\": {\"M\": %lld, \"N\": %lld, \"K\": %lld, \"gflops\": %.3f, \"gflops_bf16\": %.3f, "
+               "\"bf16_engine\": \"%s\", \"onednn_kernel\": \"%s\"},\n",
+               (long long)probe.M, (long long)probe.N, (long long)probe.K, gemm_gflops, gemm16_gflops,
+               k_bf16_gemm_name(k_bf16_gemm_active()), k_bf16_gemm_onednn_kernel());
         printf(
             " \"peak_rss_bytes\": %.0f, \"closed_form_bytes\": %.0f, \"rss_ratio\": %.4f, \"start_rss_bytes\": %.0f, "
             "\"arena_bytes\": %.0f,\n",
@@ -714,7 +777,8 @@ int bench_train_main(int argc, char **argv) {
         printf(" \"runs\": [");
         for (int i = 0; i < n_runs; i++) {
             printf("%s\n  ", i ? "," : "");
-            print_run_json(stdout, &runs[i], &summaries[i], gemm_gflops);
+            print_run_json(stdout, &runs[i], &summaries[i],
+                           runs[i].cfg.precision == TRAIN_PRECISION_BF16 ? gemm16_gflops : gemm_gflops);
         }
         printf("\n ]");
         if (n_runs == 2)
@@ -736,7 +800,9 @@ done:
     for (int i = 0; i < n_runs; i++)
         run_free(&runs[i]);
     probe_free(&probe);
+    probe_free(&probe16);
     free(probe_s);
+    free(probe16_s);
     free(work);
 #ifdef DBRANCH_MPI
     if (job) dt_comm_mpi_finalize();

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/isa.h"
 
 static const cli_command commands[] = {
@@ -64,7 +65,9 @@ int main(int argc, char **argv) {
         printf("dbranch %s\n", DBRANCH_VERSION);
         return checked_stdout(0);
     }
-    if (k_isa_from_environment() != DT_OK) { /* DBRANCH_ISA: a lower kernel level (kernels/isa.h) */
+    /* DBRANCH_ISA: a lower kernel level (kernels/isa.h); DBRANCH_BF16_GEMM: the bf16 product engine
+     * (kernels/gemm_bf16.h) */
+    if (k_isa_from_environment() != DT_OK || k_bf16_gemm_from_environment() != DT_OK) {
         fprintf(stderr, "dbranch: %s\n", dt_error_message());
         return 2;
     }

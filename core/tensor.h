@@ -30,6 +30,9 @@ typedef struct dt_tensor {
     int requires_grad;        /* leaf parameters set this; ops propagate it */
     int heap_owned;           /* data (and grad) were malloc'ed by dt_tensor_new */
     struct ag_node *producer; /* op that produced it; NULL for leaves */
+    /* A float32 parameter's bfloat16 copy (same layout; owned by the model,
+     * refreshed once per step), which bf16 matrix products read; else NULL. */
+    const uint16_t *bf16;
 } dt_tensor;
 
 static inline float *dt_f32(const dt_tensor *t) { return (float *)t->data; }

@@ -115,16 +115,20 @@ void k_linear_forward(float *out, const float *in, const float *weight, const fl
     if (M <= 0 || N <= 0) return;
     float beta = 0.0f;
     if (bias) {
-        /* Seed every output row with the bias and let the GEMM add onto it. */
-#pragma omp parallel for schedule(static) if (M * N > 65536)
-        for (int64_t i = 0; i < M; i++) {
-            float *out_row = out + i * N;
-            for (int64_t j = 0; j < N; j++)
-                out_row[j] = bias[j];
-        }
+        k_broadcast_rows(out, bias, M, N); /* the GEMM adds onto the bias */
         beta = 1.0f;
     }
     k_gemm(0, 1, M, N, K, 1.0f, in, K, weight, K, beta, out, N);
+}
+
+/* out [M,N] = row [N] in every row */
+void k_broadcast_rows(float *out, const float *row, int64_t M, int64_t N) {
+#pragma omp parallel for schedule(static) if (M * N > 65536 && !omp_in_parallel())
+    for (int64_t i = 0; i < M; i++) {
+        float *out_row = out + i * N;
+        for (int64_t j = 0; j < N; j++)
+            out_row[j] = row[j];
+    }
 }
 
 /* d_in [M,K] += d_out [M,N] · weight [N,K]

@@ -17,6 +17,9 @@ void k_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alp
 void k_linear_forward(float *out, const float *in, const float *weight, const float *bias, int64_t M, int64_t K,
                       int64_t N);
 
+/* out [M,N] = row [N] in every row (a bias seeded before a GEMM with beta = 1) */
+void k_broadcast_rows(float *out, const float *row, int64_t M, int64_t N);
+
 /* Accumulates (+=) into whichever of d_in, d_weight, d_bias is non-NULL:
  * d_in[M,K] += d_out[M,N] · weight[N,K]
  * d_weight[N,K] += d_out[M,N]^T · in[M,K]

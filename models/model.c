@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/gemm_bf16.h"
 #include "kernels/rope.h"
 
 /* Marks for add_param: what the optimizer needs to know. */
@@ -161,6 +162,27 @@ static dt_status alloc_flat(model *m) {
         offset += padded(t->size);
     }
     return DT_OK;
+}
+
+dt_status model_enable_bf16(model *m) {
+    if (m->bf16_memory) {
+        model_refresh_bf16(m);
+        return DT_OK;
+    }
+    void *copy = NULL;
+    if (posix_memalign(&copy, DT_ARENA_ALIGN, (size_t)(m->n_floats > 0 ? m->n_floats : 1) * sizeof(uint16_t)) != 0)
+        return dt_errorf("model: out of memory for the bf16 copies of %lld weights", (long long)m->n_floats);
+    m->bf16_memory = copy;
+    for (int i = 0; i < m->n_params; i++) {
+        dt_tensor *t = m->params[i].tensor;
+        t->bf16 = m->bf16_memory + (dt_f32(t) - m->params_memory);
+    }
+    model_refresh_bf16(m);
+    return DT_OK;
+}
+
+void model_refresh_bf16(model *m) {
+    if (m->bf16_memory) k_bf16_round(m->bf16_memory, m->params_memory, m->n_floats);
 }
 
 dt_status model_create(model *m, const model_config *config) {
@@ -321,6 +343,7 @@ void model_free(model *m) {
     free(m->rope_table);
     free(m->params_memory);
     free(m->grads_memory);
+    free(m->bf16_memory);
     model_arch_free(&m->arch);
     memset(m, 0, sizeof *m);
 }

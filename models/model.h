@@ -73,6 +73,7 @@ typedef struct model {
     float *params_memory;     /* [n_floats] every parameter's weights, SPEC §3 order; the tensors are views */
     float *grads_memory;      /* [n_floats] their gradients at the same offsets */
     int64_t n_floats;         /* each parameter starts on a 16-float boundary (zero padding between) */
+    uint16_t *bf16_memory;    /* [n_floats] bf16 copies of params_memory (model_enable_bf16), else NULL */
     const model_probe *probe; /* NULL but under dbranch analyze (models/probe.h) */
 } model;
 
@@ -104,6 +105,13 @@ void model_free(model *m);
 /* SPEC init: normal(0, 0.02) matrices/embeddings, residual projections scaled
  * by 1/sqrt(2 n_layer), zero biases and coupling vectors, unit norm weights. */
 void model_init_weights(model *m, dt_rng *rng);
+/* Gives every parameter a bfloat16 copy (dt_tensor.bf16, one flat buffer at
+ * params_memory's offsets), filled now: what bf16 products read for weights
+ * (train.precision = bf16). Idempotent. */
+dt_status model_enable_bf16(model *m);
+/* Rounds the weights into their bf16 copies again (after the weights change:
+ * the trainer calls it once per step); nothing without model_enable_bf16. */
+void model_refresh_bf16(model *m);
 /* Looks up a parameter by SPEC name; NULL when absent. */
 model_param *model_find_param(const model *m, const char *name);
 void model_zero_grad(model *m);

@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config          # compiler and build
   libblis-openmp-dev                        # all GEMM (OpenMP-threaded BLIS)
+  libdnnl-dev                               # bf16 matrix products (oneDNN: AMX, AVX512_BF16)
   libhdf5-dev hdf5-tools                    # datasets, checkpoints (C API), h5dump for inspection
   libcriterion-dev                          # tests
   libinih-dev                               # config files

@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
+#include "kernels/gemm_bf16.h"
 #include "models/model_io.h"
 #include "support/scratch.h"
 #include "train/checkpoint.h"
@@ -62,6 +63,8 @@ static void teardown(void) { test_remove_dir(work_dir); }
 /* Set by the feedback resume test: tiny_config then makes a latent-feedback
  * model (SPEC §6.5) trained with a pass mix, jitter and prefix mixin. */
 static int feedback_model;
+/* Set by the bf16 tests: tiny_config then trains with train.precision = bf16. */
+static int bf16_model;
 
 static train_config tiny_config(const char *out_name, int branch, optim_kind optimizer) {
     train_config cfg = train_config_default();
@@ -96,6 +99,7 @@ static train_config tiny_config(const char *out_name, int branch, optim_kind opt
         cfg.feedback_prefix_mixin = 1;
         cfg.feedback_lambda = 0.7;
     }
+    if (bf16_model) cfg.precision = TRAIN_PRECISION_BF16;
     cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
     return cfg;
 }
@@ -337,16 +341,22 @@ Test(train_loop, steady_state_step_allocates_nothing, .init = setup, .fini = tea
     trainer_free(&t);
 }
 
-/* 40 steps on the word stream: the validation loss falls well below the
- * uniform ln(256) = 5.55 and the first steps' loss. */
-Test(train_loop, loss_goes_down, .init = setup, .fini = teardown, .timeout = 120) {
-    train_config cfg = tiny_config("learn", 0, OPTIM_ADAMW);
+/* 40 steps at a learning rate that learns the word stream, evaluated at the end. */
+static train_config learning_config(const char *out_name, int branch) {
+    train_config cfg = tiny_config(out_name, branch, OPTIM_ADAMW);
     cfg.tokens = 40 * 4 * 16;
     cfg.eval_every = 0;
     cfg.checkpoint_every = 0;
     cfg.warmup_steps = 4;
     cfg.lr = 1e-2;
     cfg.min_lr = 1e-3;
+    return cfg;
+}
+
+/* 40 steps on the word stream: the validation loss falls well below the
+ * uniform ln(256) = 5.55 and the first steps' loss. */
+Test(train_loop, loss_goes_down, .init = setup, .fini = teardown, .timeout = 120) {
+    train_config cfg = learning_config("learn", 0);
     trainer t;
     cr_assert_eq(trainer_init(&t, &cfg, NULL), DT_OK, "%s", dt_error_message());
     train_eval_record before;
@@ -358,6 +368,48 @@ Test(train_loop, loss_goes_down, .init = setup, .fini = teardown, .timeout = 120
     cr_assert(result.final_eval.loss < 3.0, "val loss after 40 steps: %g (from %g)", result.final_eval.loss,
               before.loss);
     trainer_free(&t);
+}
+
+/* bf16 products: the masters, moments, loader and RNGs come back exactly, and
+ * the bf16 copies are rebuilt from the masters, so a resumed run is the
+ * straight run bit for bit, on either engine (two threads: the replicas share
+ * the copies; Muon with two micro-batches on oneDNN). */
+Test(train_loop, resume_is_bit_exact_bf16_widen, .init = setup, .fini = teardown, .timeout = 120) {
+    bf16_model = 1;
+    cr_assert_eq(k_bf16_gemm_force(K_BF16_GEMM_WIDEN), DT_OK);
+    check_resume_is_exact(1, OPTIM_ADAMW, 1, 2);
+}
+
+Test(train_loop, resume_is_bit_exact_bf16_onednn, .init = setup, .fini = teardown, .timeout = 120) {
+    bf16_model = 1;
+    cr_assert_eq(k_bf16_gemm_force(K_BF16_GEMM_ONEDNN), DT_OK, "%s", dt_error_message());
+    check_resume_is_exact(0, OPTIM_MUON, 2, 1);
+}
+
+/* The same 40 steps in float32 and in bf16 (the branch model: every linear
+ * op and the mixture): bf16 learns (the copies follow the updates; frozen
+ * copies would leave the forward at its initial loss) to within 2% of the
+ * float32 loss, and is not the float32 run (the products were rounded). */
+static double final_loss_of(int bf16, char *first_step, size_t size) {
+    bf16_model = bf16;
+    train_config cfg = learning_config(bf16 ? "learn_bf16" : "learn_fp32", 1);
+    trainer_result result = run(&cfg, NULL, 0, DT_OK);
+    cr_assert(result.evaluated);
+    static char lines[48][1024];
+    char log[PATH_BUF];
+    snprintf(log, sizeof log, "%s/log.jsonl", cfg.out_dir);
+    cr_assert_eq(read_step_lines(log, lines, 48), 40);
+    snprintf(first_step, size, "%s", lines[0]);
+    return result.final_eval.loss;
+}
+
+Test(train_loop, bf16_trains_like_fp32, .init = setup, .fini = teardown, .timeout = 120) {
+    char first_fp32[1024], first_bf16[1024];
+    const double fp32 = final_loss_of(0, first_fp32, sizeof first_fp32);
+    const double bf16 = final_loss_of(1, first_bf16, sizeof first_bf16);
+    cr_assert(fp32 < 3.0, "float32 val loss after 40 steps: %g", fp32);
+    cr_assert(fabs(bf16 - fp32) < 0.02 * fp32, "bf16 val loss %g vs float32 %g", bf16, fp32);
+    cr_assert(strcmp(first_fp32, first_bf16) != 0, "the bf16 run's first step is the float32 one");
 }
 
 /* Not a terminal: plain progress lines (no \r), the eval line with the branch

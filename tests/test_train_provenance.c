@@ -244,6 +244,8 @@ Test(provenance, record_in_folder_and_log, .init = setup, .fini = teardown) {
     cr_expect(strlen(field(&f, "commit")) > 0 && strlen(field(&f, "version")) > 0);
     cr_expect_eq(strlen(field(&f, "start_utc")), 20, "YYYY-MM-DDTHH:MM:SSZ: %s", field(&f, "start_utc"));
     cr_expect(strlen(field(&f, "cpu")) > 0 && strlen(field(&f, "blis_version")) > 0);
+    cr_expect(!strcmp(field(&f, "bf16_engine"), "widen") || !strncmp(field(&f, "bf16_engine"), "onednn (", 8),
+              "bf16_engine: %s", field(&f, "bf16_engine"));
     const char *isa[] = {"isa.avx512f", "isa.avx512_bf16", "isa.amx_bf16"};
     for (int i = 0; i < 3; i++)
         cr_expect(!strcmp(field(&f, isa[i]), "true") || !strcmp(field(&f, isa[i]), "false"), "%s", isa[i]);

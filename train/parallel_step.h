@@ -77,6 +77,10 @@ typedef struct train_parallel {
      * §6.5; the trainer sets them per micro-batch, first_row being this
      * process's first row). Evaluation always runs one plain pass. */
     model_feedback_run feedback;
+    /* train.precision = bf16: the training forward and backward run bf16
+     * products (ag_ctx.bf16_products; the caller keeps the model's bf16
+     * copies fresh). Evaluation always runs float32 products. */
+    int bf16_products;
 } train_parallel;
 
 /* Sets up n_threads workers (0: k_get_threads()) for batches of B x T. The

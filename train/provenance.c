@@ -21,6 +21,7 @@
 #pragma GCC diagnostic pop
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
 
 /* DBRANCH_COMMIT: generated at build time by cmake/commit_header.cmake. */
 #include "dbranch_commit.h"
@@ -84,6 +85,11 @@ void train_provenance_collect(train_provenance *p, int threads) {
     p->threads = threads;
     p->processes = 1;
     snprintf(p->blis_version, sizeof p->blis_version, "%s", bli_info_get_version_str());
+    const k_bf16_gemm_engine engine = k_bf16_gemm_active();
+    if (engine == K_BF16_GEMM_ONEDNN)
+        snprintf(p->bf16_engine, sizeof p->bf16_engine, "onednn (%s)", k_bf16_gemm_onednn_kernel());
+    else
+        snprintf(p->bf16_engine, sizeof p->bf16_engine, "%s", k_bf16_gemm_name(engine));
 }
 
 /* s[0..n) as a JSON string. */
@@ -183,6 +189,7 @@ dt_status train_provenance_write(FILE *f, const train_provenance *p, const char 
     write_isa(f, "compiled_for", p->built_avx512f, p->built_avx512_bf16, p->built_amx_bf16);
     fprintf(f, ",\"threads\":%d,\"processes\":%d", p->threads, p->processes);
     write_field(f, "blis_version", p->blis_version);
+    write_field(f, "bf16_engine", p->bf16_engine);
     if (p->resume_path) {
         fputs(",\"resume\":{\"checkpoint\":", f);
         json_string(f, p->resume_path, strlen(p->resume_path));

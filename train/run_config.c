@@ -24,7 +24,8 @@ typedef enum {
     VALUE_SCHEDULE,
     VALUE_OPTIMIZER,
     VALUE_REDUCE,
-    VALUE_PASS_MIX
+    VALUE_PASS_MIX,
+    VALUE_PRECISION
 } value_kind;
 
 typedef struct {
@@ -102,6 +103,10 @@ int64_t train_pass_mix_max(const train_pass_mix *mix) {
     return largest;
 }
 
+const char *train_precision_name(train_precision precision) {
+    return precision == TRAIN_PRECISION_BF16 ? "bf16" : "fp32";
+}
+
 int64_t train_pass_mix_pick(const train_pass_mix *mix, double r) {
     double cumulative = 0.0;
     for (int i = 0; i < mix->n; i++) {
@@ -141,6 +146,14 @@ static dt_status set_value(train_config *cfg, const config_key *k, const char *t
         return DT_OK;
     case VALUE_PASS_MIX:
         return parse_pass_mix(k->full_name, text, field);
+    case VALUE_PRECISION:
+        if (!strcmp(text, "fp32"))
+            *(train_precision *)field = TRAIN_PRECISION_FP32;
+        else if (!strcmp(text, "bf16"))
+            *(train_precision *)field = TRAIN_PRECISION_BF16;
+        else
+            return dt_errorf("%s = '%s' must be fp32|bf16", k->full_name, text);
+        return DT_OK;
     }
     return DT_ERR;
 }
@@ -165,6 +178,9 @@ static void get_value(const train_config *cfg, const config_key *k, char *text, 
         break;
     case VALUE_REDUCE:
         snprintf(text, capacity, "%s", dt_comm_reduce_name(*(const dt_comm_reduce *)field));
+        break;
+    case VALUE_PRECISION:
+        snprintf(text, capacity, "%s", train_precision_name(*(const train_precision *)field));
         break;
     case VALUE_PASS_MIX: {
         const train_pass_mix *mix = field;

@@ -36,6 +36,11 @@ enum { TRAIN_PATH_MAX = 1024 };
 #define TRAIN_FIELD_OPTIMIZER(field) optim_kind field;
 #define TRAIN_FIELD_REDUCE(field)    dt_comm_reduce field;
 #define TRAIN_FIELD_PASS_MIX(field)  train_pass_mix field;
+#define TRAIN_FIELD_PRECISION(field) train_precision field;
+
+/* train.precision: the arithmetic of the matrix products (ag_ctx.bf16_products). */
+typedef enum { TRAIN_PRECISION_FP32 = 0, TRAIN_PRECISION_BF16 = 1 } train_precision;
+const char *train_precision_name(train_precision precision);
 
 /* train.feedback_passes (SPEC §6.5): the distribution of the passes K a step
  * runs, "K:weight,..." with distinct K in 1..TRAIN_MAX_PASSES and positive

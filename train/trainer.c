@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
 #include "models/model_budget.h"
 #include "models/model_io.h"
 #include "train/checkpoint_rotation.h"
@@ -290,6 +291,12 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
         DT_OK)
         goto fail;
     t->ready |= READY_PARALLEL;
+    /* train.precision = bf16: the weights' bf16 copies (the replicas share
+     * them), refreshed at the start of every step. */
+    if (c->precision == TRAIN_PRECISION_BF16) {
+        if (model_enable_bf16(&t->model) != DT_OK) goto fail;
+        t->parallel.bf16_products = 1;
+    }
     /* Every process starts from rank 0's weights (they agree anyway: same seed or same checkpoint). */
     if (t->comm->broadcast(t->comm, t->model.params_memory, (size_t)t->model.n_floats * sizeof(float), 0) != DT_OK)
         goto fail;
@@ -369,6 +376,8 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
     const double start = now_seconds();
     /* The final norm's weight: every position of every family reads it. */
     if (t->options.poison_step > 0 && step + 1 == t->options.poison_step) dt_f32(t->model.final_norm)[0] = NAN;
+    /* The weights as the last update (or the checkpoint, or the broadcast) left them, rounded once for the step. */
+    model_refresh_bf16(&t->model);
 
     /* Sums over the micro-batches of objective, loss, primary, branch, alpha:
      * this process's rows, then (several processes) the mean over them. */
@@ -519,6 +528,19 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
     train_log_message(&t->log, "training: %lld steps of %lld tokens (budget %lld), %s, %.2fM parameters",
                       (long long)t->total_steps, (long long)train_config_tokens_per_step(c), (long long)c->tokens,
                       optim_kind_name(c->optimizer), (double)params / 1e6);
+    if (c->precision == TRAIN_PRECISION_BF16) {
+        const k_bf16_gemm_engine engine = k_bf16_gemm_active();
+        if (engine == K_BF16_GEMM_ONEDNN)
+            train_log_message(&t->log,
+                              "precision bf16: matrix products on oneDNN (%s), float32 sums and master weights",
+                              k_bf16_gemm_onednn_kernel());
+        else
+            train_log_message(&t->log,
+                              "precision bf16: %s; products run as float32 GEMMs of bf16-rounded operands (bf16 "
+                              "numerics, a little below float32 speed)",
+                              k_bf16_gemm_default() == K_BF16_GEMM_WIDEN ? "this CPU has no AVX512_BF16 or AMX-BF16"
+                                                                         : "DBRANCH_BF16_GEMM=widen");
+    }
     if (t->options.resume_path)
         train_log_message(&t->log, "resumed from %s at step %lld (%lld tokens)", t->options.resume_path,
                           (long long)t->state.step, (long long)t->state.tokens_seen);
