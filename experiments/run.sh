@@ -42,6 +42,9 @@
 #              80 tokens per non-embedding parameter (--d "10 20": a subset);
 #              baseline, twin, twin with branch_emb = shared, two summed
 #              token-embedding tables, 2x tokens; compare per arm and D
+#   precision  train.precision = bf16 against fp32 (issue 12, experiments/precision/):
+#              the quickstart pair at 1M KJV bytes and the nanoGPT char config
+#              at 400k tokens, each row paired with its fp32 row by seed
 #   all        the first four, in that order
 #
 # Usage: experiments/run.sh STUDY [--quick] [--seeds "1 2"] [--tokens N]
@@ -84,9 +87,9 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0";
 STUDY=$1
 shift
 case "$STUDY" in
-matched | control | ablations | moe | triplu | prism | attnres | recurrent | feedback | noise | dsweep | all) ;;
+matched | control | ablations | moe | triplu | prism | attnres | recurrent | feedback | noise | dsweep | precision | all) ;;
 -h | --help) usage; exit 0 ;;
-*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|prism|attnres|recurrent|feedback|noise|dsweep|all)" >&2; exit 2 ;;
+*) echo "run.sh: unknown study '$STUDY' (matched|control|ablations|moe|triplu|prism|attnres|recurrent|feedback|noise|dsweep|precision|all)" >&2; exit 2 ;;
 esac
 
 QUICK=0
@@ -208,6 +211,8 @@ BRANCH=(--set model.branch=decode)
 . "$ROOT/experiments/feedback/study.sh"
 # shellcheck source=dsweep/study.sh
 . "$ROOT/experiments/dsweep/study.sh"
+# shellcheck source=precision/study.sh
+. "$ROOT/experiments/precision/study.sh"
 
 case "$STUDY" in
 matched) study_matched ;;
@@ -221,6 +226,7 @@ attnres) study_attnres ;;
 recurrent) study_recurrent ;;
 feedback) study_feedback ;;
 dsweep) study_dsweep ;;
+precision) study_precision ;;
 all) study_matched; study_control; study_ablations; study_moe ;;
 esac
 echo "== done: $OUT" >&2
