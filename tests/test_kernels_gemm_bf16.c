@@ -191,3 +191,15 @@ Test(gemm_bf16, engine_words_and_environment) {
     cr_assert_eq(k_bf16_gemm_active(), k_bf16_gemm_default());
     cr_assert(strcmp(k_bf16_gemm_onednn_kernel(), "unavailable") != 0, "oneDNN runs bf16 matmul on AVX-512");
 }
+
+/* oneDNN's own ISA cap (read once per process, before its first primitive;
+ * Criterion runs each test in a fresh process): on a CPU with AMX or
+ * AVX512_BF16 the test above runs those kernels, this one oneDNN's plain
+ * AVX-512 emulation, so both levels are checked wherever the suite runs. */
+Test(gemm_bf16, onednn_capped_at_plain_avx512_matches_float64) {
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE", 1);
+    const char *kernel = k_bf16_gemm_onednn_kernel();
+    cr_assert(strcmp(kernel, "unavailable") != 0);
+    cr_assert(!strstr(kernel, "amx") && !strstr(kernel, "bf16"), "capped oneDNN still picked %s", kernel);
+    check_all_cases(K_BF16_GEMM_ONEDNN);
+}
