@@ -143,12 +143,14 @@ typedef struct product_cache {
 
 static _Thread_local product_cache *thread_cache = NULL;
 
-static void destroy_product(cached_product *p) {
+/* Releases p's oneDNN objects; its key stays. */
+static void release_product(cached_product *p) {
     if (p->primitive) dnnl_primitive_destroy(p->primitive);
     if (p->a) dnnl_memory_destroy(p->a);
     if (p->b) dnnl_memory_destroy(p->b);
     if (p->c) dnnl_memory_destroy(p->c);
-    memset(p, 0, sizeof *p);
+    p->primitive = NULL;
+    p->a = p->b = p->c = NULL;
 }
 
 /* op(X) [rows, cols] of a row-major X with row stride ld, transposed or not,
@@ -189,10 +191,7 @@ static void build_product(cached_product *p) {
     if (post_ops) dnnl_post_ops_destroy(post_ops);
     dnnl_primitive_attr_destroy(attr);
     if (!ok) {
-        int used = p->used;
-        destroy_product(p);
-        p->used = used;
-        p->failed = 1;
+        release_product(p); /* failed stays set: this key widens from now on, without asking oneDNN again */
         return;
     }
     p->failed = 0;
@@ -273,7 +272,7 @@ static cached_product *cached_primitive(int trans_a, int trans_b, int64_t M, int
     }
     cached_product *p = &cache->entries[cache->next_victim];
     cache->next_victim = (cache->next_victim + 1) % PRIMITIVE_CACHE_SIZE;
-    destroy_product(p);
+    release_product(p);
     *p = (cached_product){.used = 1,
                           .trans_a = trans_a,
                           .trans_b = trans_b,
