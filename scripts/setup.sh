@@ -16,9 +16,9 @@ packages=(
   gnuplot-nox                               # experiment plots
 )
 
-# --fuzz (CI): also clang and libFuzzer's runtime for tests/fuzz (not needed to build or test).
+# --fuzz (CI): also clang and libFuzzer's runtime for tests/fuzz, and clang-format for CI's format check (not needed to build or test).
 if [ "${1:-}" = "--fuzz" ]; then
-  packages+=(clang-14 libclang-rt-14-dev)
+  packages+=(clang-14 libclang-rt-14-dev clang-format)
 fi
 
 missing=()
