@@ -34,7 +34,9 @@ double model_budget_bytes(const model_config *config, model_use use, int64_t thr
      * would otherwise be allocated and filled before anything else failed: found by tests/fuzz). */
     if (config->family != FAMILY_NANOGPT && config->n_head > 0)
         bytes += 4.0 * (double)config->block_size * (double)(config->d_model / config->n_head);
-    if (use == MODEL_USE_TRAIN) bytes += 2.0 * params + (double)(threads > 1 ? threads - 1 : 0) * params;
+    if (use == MODEL_USE_TRAIN || use == MODEL_USE_TRAIN_BF16)
+        bytes += 2.0 * params + (double)(threads > 1 ? threads - 1 : 0) * params;
+    if (use == MODEL_USE_TRAIN_BF16) bytes += 0.5 * params; /* 2 of every 4 bytes */
     if (use == MODEL_USE_DECODE) {
         model_info info;
         if (!config_info(config, kv_positions, &info)) return INFINITY;

@@ -8,7 +8,8 @@
  * allocates), for training
  * the optimizer state (two float moments per parameter, AdamW's bound, which
  * also covers Muon) and one gradient copy per extra worker thread
- * (train/parallel_step.c), for decode the KV cache. */
+ * (train/parallel_step.c), plus the weights' bf16 copies when training in
+ * bf16, for decode the KV cache. */
 #ifndef MODELS_MODEL_BUDGET_H
 #define MODELS_MODEL_BUDGET_H
 
@@ -18,9 +19,10 @@
 #include "models/config.h"
 
 typedef enum {
-    MODEL_USE_WEIGHTS, /* parameters + gradients + RoPE table (model_create) */
-    MODEL_USE_TRAIN,   /* + optimizer state + per-thread gradient copies */
-    MODEL_USE_DECODE,  /* + KV cache */
+    MODEL_USE_WEIGHTS,    /* parameters + gradients + RoPE table (model_create) */
+    MODEL_USE_TRAIN,      /* + optimizer state + per-thread gradient copies */
+    MODEL_USE_TRAIN_BF16, /* + the weights' bf16 copies (train.precision = bf16: 2 bytes per parameter) */
+    MODEL_USE_DECODE,     /* + KV cache */
 } model_use;
 
 /* Bytes of the parameters (float32) the config describes; double, so no

@@ -135,6 +135,10 @@ Test(train_reliability, a_model_larger_than_memory_is_refused_before_allocation)
     unsetenv("DBRANCH_MEMORY_LIMIT");
     cfg.model.vocab_size = 256;
     cr_assert_eq(model_budget_check(&cfg.model, MODEL_USE_TRAIN, 2, 0, 0), DT_OK, "%s", dt_error_message());
+    /* bf16 training adds the 2-byte copies of the weights, nothing else */
+    const double copies = model_budget_bytes(&cfg.model, MODEL_USE_TRAIN_BF16, 2, 0, 0) -
+                          model_budget_bytes(&cfg.model, MODEL_USE_TRAIN, 2, 0, 0);
+    cr_assert_float_eq(copies, 2.0 * model_config_param_count(&cfg.model), 1e-6);
 }
 
 Test(train_reliability, config_larger_than_params_is_refused_before_allocation) {

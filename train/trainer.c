@@ -131,7 +131,8 @@ static dt_status setup_model(trainer *t) {
     const char *resume = t->options.resume_path;
     /* Before any allocation: weights, gradients, optimizer state and the workers' gradient copies must fit. */
     const int64_t threads = t->cfg.threads > 0 ? t->cfg.threads : k_get_threads();
-    if (model_budget_check(&t->cfg.model, MODEL_USE_TRAIN, threads, 0, 0) != DT_OK) return DT_ERR;
+    const model_use use = t->cfg.precision == TRAIN_PRECISION_BF16 ? MODEL_USE_TRAIN_BF16 : MODEL_USE_TRAIN;
+    if (model_budget_check(&t->cfg.model, use, threads, 0, 0) != DT_OK) return DT_ERR;
     if (resume) {
         if (model_load(&t->model, resume) != DT_OK) return DT_ERR;
         t->ready |= READY_MODEL;
