@@ -136,6 +136,10 @@ static void print_info(const char *source, const model_info *info) {
     printf("; KV bytes %.0f", info->kv_bytes_baseline);
     if (branch) printf(" / %.0f / %.0f", info->kv_bytes_grouped, info->kv_bytes_ungrouped);
     printf("\n");
+    /* --weights bf16 of generate / eval / bench decode: 2 bytes per matrix and embedding element */
+    printf("bf16 decode weights (--weights bf16): weight bytes %.0f", info->weight_bytes_bf16_baseline);
+    if (branch) printf(" / %.0f / %.0f", info->weight_bytes_bf16_grouped, info->weight_bytes_bf16_ungrouped);
+    printf(" (x%.3f of float32)\n", info->weight_bytes_bf16_baseline / info->weight_bytes_baseline);
 }
 
 int cmd_info(int argc, char **argv) {

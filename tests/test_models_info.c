@@ -205,6 +205,11 @@ Test(info, llama_branch_figures_by_hand) {
     /* Un-grouped: the branch pass reads norms, q, o, FFN, coupling, its row, final norm and head again. */
     const double branch_pass = 3 * (2 * 32 + 32 * 32 + 32 * 32 + 3 * 64 * 32 + 128) + 32 + 32 + 56 * 32;
     cr_assert_eq(info.weight_bytes_ungrouped, 4 * (baseline + branch_pass));
+    /* bf16 decode weights: 2 bytes per matrix element (the layers' matrices and the head), 4 for the
+     * vectors (two norms per layer, the final norm) and the tok_emb row (the decode step reads the
+     * embedding row from the model's float32 copy, rounded in place: eval/decode_weights.h). */
+    const double float32_part = 3 * 2 * 32 + 32 + 32;
+    cr_assert_eq(info.weight_bytes_bf16_baseline, 2 * (baseline - float32_part) + 4 * float32_part);
     /* KV: 3 layers x (K and V) x 16 positions x Hkv*hd = 16 floats. */
     cr_assert_eq(info.kv_bytes_baseline, 4.0 * 3 * 2 * 16 * 16);
     cr_assert_eq(info.kv_bytes_grouped, info.kv_bytes_baseline);
@@ -341,6 +346,8 @@ Test(info, cli_reads_config_files_and_models, .init = make_dir, .fini = remove_d
     cr_assert_eq(run_info(args, &out, &err), 0, "%s", err);
     cr_assert(strstr(out, "decode FLOPs 65024 / 123904"), "%s", out);
     cr_assert(strstr(out, "KV bytes 6144 / 6144 / 12288"), "%s", out);
+    /* 2 (3 x 9216 + 1792) + 4 (3 x 64 + 32 + 32), by hand as in llama_branch_figures_by_hand */
+    cr_assert(strstr(out, "bf16 decode weights (--weights bf16): weight bytes 59904 / "), "%s", out);
     free(out);
     free(err);
 
