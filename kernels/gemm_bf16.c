@@ -99,9 +99,18 @@ static _Thread_local scratch scratch_a, scratch_b;
 static int engine_forced = 0;
 static k_bf16_gemm_engine forced_engine = K_BF16_GEMM_WIDEN;
 
-k_bf16_gemm_engine k_bf16_gemm_default(void) {
+/* Read once: cpuid traps to the hypervisor in a VM, and every product asks. */
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static k_bf16_gemm_engine default_engine = K_BF16_GEMM_WIDEN;
+
+static void choose_default(void) {
     const k_cpu_bf16 cpu = k_cpu_bf16_features();
-    return (cpu.avx512_bf16 || cpu.amx_bf16) ? K_BF16_GEMM_ONEDNN : K_BF16_GEMM_WIDEN;
+    default_engine = (cpu.avx512_bf16 || cpu.amx_bf16) ? K_BF16_GEMM_ONEDNN : K_BF16_GEMM_WIDEN;
+}
+
+k_bf16_gemm_engine k_bf16_gemm_default(void) {
+    pthread_once(&default_once, choose_default);
+    return default_engine;
 }
 
 k_bf16_gemm_engine k_bf16_gemm_active(void) { return engine_forced ? forced_engine : k_bf16_gemm_default(); }
