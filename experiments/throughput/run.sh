@@ -33,16 +33,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$OUT" ] || OUT="$(mktemp /tmp/dbranch_throughput_XXXXXX.json)"
 
-# Debian's torch lives in the system interpreter (a pyenv or venv python3 on PATH would not see it).
-PYTHON=/usr/bin/python3
-if ! "$PYTHON" -c "import torch" 2>/dev/null; then
-    echo "== installing python3-torch (apt-get)" >&2
-    if [ "$(id -u)" -eq 0 ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y python3-torch >&2
-    else
-        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y python3-torch >&2
-    fi
-fi
+. "$ROOT/experiments/throughput/torch_python.sh" # PYTHON, with torch installed if it was missing
 
 echo "== building dbranch in $BUILD_DIR" >&2
 cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
