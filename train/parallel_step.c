@@ -353,8 +353,8 @@ static dt_status run_workers(train_parallel *p, const dt_tensor *inputs, const d
     char message[MESSAGE_SIZE] = "";
     int failed = -1;
     double objective_correction = 0.0;
-    /* Training products in the run's precision; validation always float32 (the master weights, as a checkpoint scores).
-     */
+    /* Training products in the run's precision; validation always float32
+     * (the master weights, as a checkpoint is scored). */
     for (int w = 0; w < workers; w++)
         p->contexts[w].bf16_products = backward && p->bf16_products;
 #pragma omp parallel num_threads(workers) if (workers > 1)
