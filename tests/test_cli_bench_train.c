@@ -32,6 +32,7 @@ Test(cli_bench_train, help_and_bad_input) {
         {"--family nanogpt2", "nanogpt2"},
         {"--config /nonexistent/run.ini", "/nonexistent/run.ini"},
         {"--compare-branch --branch decode", "--compare-branch"},
+        {"--compare-branch --compare-precision", "--compare-precision"},
         {"--data /nonexistent/tokens.h5 --steps 1", "/nonexistent/tokens.h5"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -80,6 +81,27 @@ Test(cli_bench_train, compare_branch_reports_ratios) {
     cr_assert_eq(status, 0, "%s", err);
     const double ratio = test_json_number(strstr(out, "\"ratios\""), "forward_backward");
     cr_assert(ratio > 1.0 && ratio < 10.0, "the branch adds a trajectory: ratio %g", ratio);
+    free(out);
+    free(err);
+}
+
+/* fp32 and bf16 of one model: both runs start from the same weights and
+ * batch, so their first losses agree to bf16 rounding but not to the bit;
+ * each run's MFU is against its own precision's GEMM probe. */
+Test(cli_bench_train, compare_precision_runs_both_precisions) {
+    char *out, *err;
+    int status = run_bench("--preset baby --steps 1 --warmup 0 --threads 1 --compare-precision --json", &out, &err);
+    cr_assert_eq(status, 0, "%s", err);
+    const char *fp32 = strstr(out, "\"precision\": \"fp32\""), *bf16 = strstr(out, "\"precision\": \"bf16\"");
+    cr_assert(fp32 && bf16 && fp32 < bf16, "%s", out);
+    const double loss32 = test_json_number(fp32, "first_loss"), loss16 = test_json_number(bf16, "first_loss");
+    cr_assert(loss32 != loss16 && fabs(loss16 - loss32) < 0.01 * loss32, "first losses %.6f, %.6f", loss32, loss16);
+    const char *gemm = strstr(out, "\"gemm\"");
+    const double rate32 = test_json_number(gemm, "gflops"), rate16 = test_json_number(gemm, "gflops_bf16");
+    cr_assert(rate32 > 0 && rate16 > 0, "%s", gemm);
+    cr_assert(fabs(test_json_number(bf16, "mfu") - test_json_number(bf16, "gflops") / rate16) < 1e-3);
+    cr_assert(fabs(test_json_number(fp32, "mfu") - test_json_number(fp32, "gflops") / rate32) < 1e-3);
+    cr_assert(strstr(err, "bf16 products: "), "the table names the engine: %s", err);
     free(out);
     free(err);
 }
