@@ -15,7 +15,9 @@
 # layers' count of `dbranch info` on the config ("x n_layer" row; embeddings,
 # head and final norm left out), or DSWEEP_PARAMS when set.
 #
-# Environment: DSWEEP_CONFIG (default study_dsweep.ini, under
+# Environment: DSWEEP_FAMILY (llama, the default, or nanogpt: the issue's
+# second family, study_dsweep_nanogpt.ini, results in OUT/dsweep-nanogpt/
+# instead of OUT/dsweep/), DSWEEP_CONFIG (default study_dsweep.ini, under
 # experiments/configs/), DSWEEP_CORPUS (default large_bpe4096: `dbranch
 # prepare --preset large --tokenizer bpe --vocab 4096`, made on first use;
 # --quick: kjv, byte tokens; V 8192: DSWEEP_CONFIG=paper_recipe.ini
@@ -52,7 +54,7 @@ dsweep_params() { # config
 # D arm pairs diff% lo% hi% p arm_sd% base_sd% (the interval in % of the
 # baseline mean over the pairs; sd = the seeds' spread of each arm's loss).
 dsweep_compare() { # D
-    local d=$1 dir="$OUT/dsweep/D$1" arm
+    local d=$1 dir="$OUT/$DSWEEP_DIR/D$1" arm
     : >"$dir/compare.txt"
     for arm in $DSWEEP_ARMS; do
         [ "$arm" != base ] || continue
@@ -80,20 +82,20 @@ dsweep_compare() { # D
               p = field(s, "p"); if (p == "null") p = "nan"
               printf "%s\t%s\t%s\t%.4f\t%.4f\t%.4f\t%s\t%.4f\t%.4f\n", d, arm, field(s, "pairs"),
                   field(s, "mean_diff_pct"), 100 * field(s, "ci95_low") / ref, 100 * field(s, "ci95_high") / ref, p,
-                  100 * sd[arm] / mean[arm], 100 * sd["base"] / mean["base"] }' >>"$OUT/dsweep/gap.tsv"
+                  100 * sd[arm] / mean[arm], 100 * sd["base"] / mean["base"] }' >>"$OUT/$DSWEEP_DIR/gap.tsv"
     done
 }
 
 # gap.md from gap.tsv, and the plot of the gap against D (one line per arm,
 # the 95% interval as error bars).
 dsweep_gap_report() {
-    local tsv="$OUT/dsweep/gap.tsv"
+    local tsv="$OUT/$DSWEEP_DIR/gap.tsv"
     {
         printf '| D | arm | pairs | mean diff vs base | 95%% interval | p | arm seed sd | base seed sd |\n'
         printf '|---|---|---|---|---|---|---|---|\n'
         sort -t$'\t' -k1,1n -k2,2 "$tsv" | awk -F'\t' '{ printf "| %s | %s | %s | %+.2f%% | [%+.2f, %+.2f]%% | %s | %.2f%% | %.2f%% |\n",
             $1, $2, $3, $4, $5, $6, ($7 == "nan" ? "–" : sprintf("%.3g", $7)), $8, $9 }'
-    } >"$OUT/dsweep/gap.md"
+    } >"$OUT/$DSWEEP_DIR/gap.md"
     exp_have_gnuplot || return 0
     [ -s "$tsv" ] || return 0
     local arms=() arm
@@ -101,8 +103,8 @@ dsweep_gap_report() {
         [ "$arm" = base ] || ! grep -q $'\t'"$arm"$'\t' "$tsv" || arms+=("$arm")
     done
     # each arm's points contiguous, so its line joins them (other arms' rows are NaN to it)
-    sort -t$'\t' -k2,2 -k1,1n "$tsv" >"$OUT/dsweep/gap_by_arm.tsv"
-    gnuplot -e "data='$OUT/dsweep/gap_by_arm.tsv'; arms='${arms[*]}'; out='$OUT/dsweep/gap_vs_d.png'; plot_title='dsweep: each arm vs the baseline, paired by seed (llama, paper recipe)'" \
+    sort -t$'\t' -k2,2 -k1,1n "$tsv" >"$OUT/$DSWEEP_DIR/gap_by_arm.tsv"
+    gnuplot -e "data='$OUT/$DSWEEP_DIR/gap_by_arm.tsv'; arms='${arms[*]}'; out='$OUT/$DSWEEP_DIR/gap_vs_d.png'; plot_title='$DSWEEP_DIR: each arm vs the baseline, paired by seed ($DSWEEP_FAMILY, paper recipe)'" \
         "$ROOT/experiments/plot/gap_vs_d.gp"
 }
 
@@ -111,7 +113,16 @@ study_dsweep() {
         echo "run.sh dsweep: the budget is D x the non-embedding parameters (--d, DSWEEP_PARAMS), not --tokens" >&2
         exit 2
     fi
-    local config=${DSWEEP_CONFIG:-study_dsweep.ini} corpus=${DSWEEP_CORPUS:-large_bpe4096} params=${DSWEEP_PARAMS:-}
+    # The family arm: llama (the default, experiments/dsweep/) or nanogpt
+    # (study_dsweep_nanogpt.ini, its own folder experiments/dsweep-nanogpt/).
+    DSWEEP_FAMILY=${DSWEEP_FAMILY:-llama}
+    local default_config
+    case "$DSWEEP_FAMILY" in
+    llama) default_config=study_dsweep.ini DSWEEP_DIR=dsweep ;;
+    nanogpt) default_config=study_dsweep_nanogpt.ini DSWEEP_DIR=dsweep-nanogpt ;;
+    *) echo "run.sh dsweep: DSWEEP_FAMILY = '$DSWEEP_FAMILY' must be llama|nanogpt" >&2; exit 2 ;;
+    esac
+    local config=${DSWEEP_CONFIG:-$default_config} corpus=${DSWEEP_CORPUS:-large_bpe4096} params=${DSWEEP_PARAMS:-}
     if [ "$QUICK" = 1 ]; then
         corpus=${DSWEEP_CORPUS:-kjv}
         params=${DSWEEP_PARAMS:-154}
@@ -123,10 +134,10 @@ study_dsweep() {
     [ -n "$params" ] || params=$(dsweep_params "$config")
     [ -n "$params" ] && [ "$params" -gt 0 ] || { echo "run.sh dsweep: no non-embedding parameter count" >&2; exit 1; }
     echo "== dsweep: $config on $corpus, N = $params non-embedding parameters, D = ${DSWEEP_D:-10 20 40 80}" >&2
-    mkdir -p "$OUT/dsweep"
+    mkdir -p "$OUT/$DSWEEP_DIR"
     local d arm sets
     for d in ${DSWEEP_D:-10 20 40 80}; do
-        CURRENT=dsweep/D$d
+        CURRENT=$DSWEEP_DIR/D$d
         mkdir -p "$OUT/$CURRENT"
         : >"$OUT/$CURRENT/rows.tsv"
         echo "== study $CURRENT -> $OUT/$CURRENT ($((d * params)) tokens)" >&2
@@ -142,12 +153,12 @@ study_dsweep() {
         TOKENS_OVERRIDE=""
         end_study
         # shellcheck disable=SC2086 # one word per arm
-        exp_plot_curves "$CURRENT" all "dsweep D = $d: validation loss" $DSWEEP_ARMS
+        exp_plot_curves "$CURRENT" all "$DSWEEP_DIR D = $d: validation loss" $DSWEEP_ARMS
     done
     # The statistics of every D trained so far (this invocation's or earlier ones').
-    : >"$OUT/dsweep/gap.tsv"
+    : >"$OUT/$DSWEEP_DIR/gap.tsv"
     local dir
-    for dir in "$OUT"/dsweep/D*/; do
+    for dir in "$OUT/$DSWEEP_DIR"/D*/; do
         [ -f "$dir/rows.tsv" ] || continue
         dir=${dir%/}
         dsweep_compare "${dir##*/D}"
