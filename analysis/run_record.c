@@ -94,24 +94,67 @@ static dt_status read_config(analysis_run *run, const json_value *config, const 
     return DT_OK;
 }
 
+/* The record in text[n]: its total_steps (when steps is not NULL) and its config. */
+static dt_status parse_record(const char *text, size_t n, const char *path, analysis_run *run, int64_t *steps_out) {
+    json_value root;
+    if (json_parse(text, n, &root) != DT_OK) return dt_error_context("%s", path);
+    dt_status status = DT_OK;
+    const json_value *type = json_get(&root, "type"), *steps = json_get(&root, "total_steps");
+    if (!type || type->type != JSON_STRING || strcmp(type->string, "provenance"))
+        status = dt_errorf("%s: not a provenance record (no \"type\":\"provenance\")", path);
+    else if (steps_out && (!steps || steps->type != JSON_NUMBER || !steps->number_is_integer))
+        status = dt_errorf("%s: no integer \"total_steps\"", path);
+    else {
+        if (steps_out) *steps_out = steps->integer;
+        status = read_config(run, json_get(&root, "config"), path);
+    }
+    json_free(&root);
+    return status;
+}
+
+dt_status analysis_config_parse(const char *text, size_t n, const char *name, analysis_run *run) {
+    memset(run, 0, sizeof *run);
+    run->dir = copy_text(name);
+    if (!run->dir) return dt_errorf("%s: out of memory", name);
+    return parse_record(text, n, name, run, NULL);
+}
+
+dt_status analysis_run_fill_defaults(analysis_run *run, const analysis_run *defaults, int *added) {
+    *added = 0;
+    int missing = 0;
+    for (int k = 0; k < defaults->n_keys; k++)
+        missing += !analysis_run_value(run, defaults->keys[k]);
+    if (missing == 0) return DT_OK;
+    char **keys = realloc(run->keys, ((size_t)run->n_keys + (size_t)missing + 1) * sizeof *keys);
+    if (keys) run->keys = keys;
+    char **values = keys ? realloc(run->values, ((size_t)run->n_keys + (size_t)missing + 1) * sizeof *values) : NULL;
+    if (values) run->values = values;
+    if (!keys || !values) return dt_errorf("%s: out of memory", run->dir);
+    int n_recorded = run->n_keys;
+    for (int k = 0; k < defaults->n_keys; k++) {
+        int recorded = 0;
+        for (int i = 0; i < n_recorded && !recorded; i++)
+            recorded = !strcmp(run->keys[i], defaults->keys[k]);
+        if (recorded) continue;
+        run->keys[run->n_keys] = copy_text(defaults->keys[k]);
+        run->values[run->n_keys] = copy_text(defaults->values[k]);
+        if (!run->keys[run->n_keys] || !run->values[run->n_keys]) {
+            free(run->keys[run->n_keys]);
+            free(run->values[run->n_keys]);
+            return dt_errorf("%s: out of memory", run->dir);
+        }
+        run->n_keys++;
+        (*added)++;
+    }
+    return DT_OK;
+}
+
 static dt_status read_provenance(analysis_run *run, const char *path) {
     size_t n;
     char *text = read_file(path, &n);
     if (!text) return DT_ERR;
-    json_value root;
-    dt_status status = json_parse(text, n, &root);
+    dt_status status = parse_record(text, n, path, run, &run->total_steps);
     free(text);
-    if (status != DT_OK) return dt_error_context("%s", path);
-    const json_value *type = json_get(&root, "type"), *steps = json_get(&root, "total_steps");
-    if (!type || type->type != JSON_STRING || strcmp(type->string, "provenance"))
-        status = dt_errorf("%s: not a provenance record (no \"type\":\"provenance\")", path);
-    else if (!steps || steps->type != JSON_NUMBER || !steps->number_is_integer)
-        status = dt_errorf("%s: no integer \"total_steps\"", path);
-    else {
-        run->total_steps = steps->integer;
-        status = read_config(run, json_get(&root, "config"), path);
-    }
-    json_free(&root);
     if (status != DT_OK) return DT_ERR;
     const char *seed = analysis_run_value(run, "train.seed");
     char *end = NULL;

@@ -8,6 +8,8 @@
 
 #include "analysis/compare.h"
 #include "cli/commands.h"
+#include "train/provenance.h"
+#include "train/run_config.h"
 
 static void print_help(void) {
     printf("usage: dbranch compare [--reference ARM|RUN_DIR] [--arm-key KEY[,KEY...]] [--json] RUN_DIR...\n"
@@ -16,7 +18,9 @@ static void print_help(void) {
            "validation loss of its final eval, groups the runs into arms and pairs each arm with the\n"
            "reference arm by train.seed. Per arm: the pairs, the mean difference arm - reference\n"
            "(absolute and %% of the reference), its 95%% interval (Student t) and the two-sided paired\n"
-           "t-test p-value.\n"
+           "t-test p-value. A key that a run's record lacks (one added to the configuration after\n"
+           "the run) is read as its default, which is the behaviour before the key; one line on\n"
+           "stderr names such keys.\n"
            "\n"
            "  --reference A   the reference arm: its label as printed, or one of its run directories\n"
            "                  (default: the arm of the first run given)\n"
@@ -24,6 +28,82 @@ static void print_help(void) {
            "                  train.seed, out_dir, log_file, threads, print_every, checkpoint_every,\n"
            "                  keep_last and eval_every (they change no weight)\n"
            "  --json          one JSON object on stdout instead of the table\n");
+}
+
+/* The keys of a default configuration as a record gives them: the default
+ * formatted as INI, written as a provenance record's config and read back, so
+ * the values have the same text as a run's record. */
+static dt_status read_defaults(analysis_run *defaults) {
+    memset(defaults, 0, sizeof *defaults);
+    train_config cfg = train_config_default();
+    size_t length = train_config_format(&cfg, NULL, 0);
+    char *ini = malloc(length + 1), *record = NULL;
+    size_t record_size = 0;
+    FILE *f = ini ? open_memstream(&record, &record_size) : NULL;
+    if (!f) {
+        free(ini);
+        return dt_errorf("compare: out of memory");
+    }
+    train_config_format(&cfg, ini, length + 1);
+    train_provenance p;
+    memset(&p, 0, sizeof p);
+    p.config_text = ini;
+    dt_status status = train_provenance_write(f, &p, "the defaults' record");
+    if (fclose(f) != 0 && status == DT_OK) status = dt_errorf("compare: cannot write the defaults' record");
+    if (status == DT_OK) status = analysis_config_parse(record, record_size, "the default configuration", defaults);
+    free(record);
+    free(ini);
+    return status;
+}
+
+/* Fills each run's record with the default of every key it lacks (a key added
+ * after the run was recorded). *note: NULL, or one line naming the keys read
+ * as defaults (up to four of them, those some runs have first), for stderr once the comparison is made. */
+static dt_status fill_defaults(analysis_run *runs, int n_runs, char **note) {
+    *note = NULL;
+    analysis_run defaults;
+    dt_status status = read_defaults(&defaults);
+    int *lacking = status == DT_OK ? calloc((size_t)defaults.n_keys + 1, sizeof *lacking) : NULL;
+    int *first = status == DT_OK ? calloc((size_t)defaults.n_keys + 1, sizeof *first) : NULL;
+    if (status == DT_OK && (!lacking || !first)) status = dt_errorf("compare: out of memory");
+    for (int r = 0; r < n_runs && status == DT_OK; r++) {
+        for (int k = 0; k < defaults.n_keys; k++)
+            if (!analysis_run_value(&runs[r], defaults.keys[k]) && lacking[k]++ == 0) first[k] = r;
+        int added;
+        status = analysis_run_fill_defaults(&runs[r], &defaults, &added);
+    }
+    int n_lacking = 0;
+    for (int k = 0; k < defaults.n_keys && status == DT_OK; k++)
+        n_lacking += lacking[k] > 0;
+    if (status == DT_OK && n_lacking > 0) {
+        size_t size = 256;
+        for (int k = 0; k < defaults.n_keys; k++)
+            if (lacking[k]) size += strlen(defaults.keys[k]) + strlen(defaults.values[k]) + 64;
+        for (int k = 0; k < defaults.n_keys; k++)
+            if (lacking[k]) size += strlen(runs[first[k]].dir);
+        char *line = malloc(size);
+        if (!line) status = dt_errorf("compare: out of memory");
+        size_t used = 0;
+        int listed = 0;
+        if (line)
+            used += (size_t)snprintf(line, size,
+                                     "dbranch compare: read as the default (the behaviour before the key was added), "
+                                     "%d key%s that some records lack:",
+                                     n_lacking, n_lacking > 1 ? "s" : "");
+        /* The keys some runs have and others lack first: they are the ones that could have split arms. */
+        for (int pass = 0; pass < 2; pass++)
+            for (int k = 0; line && k < defaults.n_keys && listed < 4; k++)
+                if (lacking[k] && (lacking[k] < n_runs) == (pass == 0))
+                    used += (size_t)snprintf(line + used, size - used, "%s %s = %s (%d of %d runs, e.g. %s)",
+                                             listed++ ? "," : "", defaults.keys[k], defaults.values[k], lacking[k],
+                                             n_runs, runs[first[k]].dir);
+        if (line && n_lacking > listed) snprintf(line + used, size - used, " and %d more", n_lacking - listed);
+        *note = line;
+    }
+    free(lacking);
+    free(first);
+    analysis_run_free(&defaults);
+    return status;
 }
 
 /* A number in JSON, null when it is not finite. */
@@ -177,11 +257,14 @@ int cmd_compare(int argc, char **argv) {
     int n_read = 0;
     for (; code == 0 && n_read < n_dirs; n_read++)
         if (analysis_run_read(dirs[n_read], &runs[n_read]) != DT_OK) code = cli_fail("compare");
+    char *note = NULL;
+    if (code == 0 && fill_defaults(runs, n_dirs, &note) != DT_OK) code = cli_fail("compare");
     analysis_comparison comparison;
     if (code == 0) {
         if (analysis_compare(runs, n_dirs, arm_keys, n_arm_keys, reference, &comparison) != DT_OK) {
             code = cli_fail("compare");
         } else {
+            if (note) fprintf(stderr, "%s\n", note);
             if (json)
                 print_json(&comparison, runs);
             else
@@ -192,6 +275,7 @@ int cmd_compare(int argc, char **argv) {
     for (int i = 0; runs && i < n_read; i++)
         analysis_run_free(&runs[i]);
     free(runs);
+    free(note);
     free(arm_keys);
     free(keys_copy);
     free(dirs);

@@ -35,8 +35,8 @@ static const char *run_path(const char *name) {
 
 /* A run folder: provenance.json and log.jsonl (provenance line, two steps, an
  * early eval at a decoy loss, the final eval at step final_step of 2). */
-static const char *write_run(const char *name, const char *branch, const char *lr, int seed, int threads, double loss,
-                             int final_step) {
+static const char *write_run_with(const char *name, const char *branch, const char *lr, int seed, int threads,
+                                  double loss, int final_step, const char *extra_train_keys) {
     const char *dir = run_path(name);
     cr_assert(mkdir(dir, 0777) == 0, "%s", dir);
     char record[2048];
@@ -44,8 +44,8 @@ static const char *write_run(const char *name, const char *branch, const char *l
              "{\"type\":\"provenance\",\"commit\":\"abc\",\"version\":\"0.1.0\",\"resume\":null,\"total_steps\":2,"
              "\"tokens_per_step\":64,\"config\":{\"model\":{\"family\":\"nanogpt\",\"branch\":\"%s\",\"d_model\":8},"
              "\"data\":{\"path\":\"d.h5\"},\"train\":{\"lr\":%s,\"seed\":%d,\"threads\":%d,\"out_dir\":\"%s\","
-             "\"log_file\":\"log.jsonl\",\"eval_every\":%d}}}",
-             branch, lr, seed, threads, dir, seed * 10);
+             "\"log_file\":\"log.jsonl\",\"eval_every\":%d%s}}}",
+             branch, lr, seed, threads, dir, seed * 10, extra_train_keys);
     char path[512];
     snprintf(path, sizeof path, "%s/provenance.json", dir);
     FILE *f = fopen(path, "w");
@@ -62,6 +62,11 @@ static const char *write_run(const char *name, const char *branch, const char *l
     fprintf(f, "{\"type\":\"eval\",\"step\":%d,\"tokens\":128,\"loss\":%.17g,\"windows\":4}\n", final_step, loss);
     fclose(f);
     return dir;
+}
+
+static const char *write_run(const char *name, const char *branch, const char *lr, int seed, int threads, double loss,
+                             int final_step) {
+    return write_run_with(name, branch, lr, seed, threads, loss, final_step, "");
 }
 
 /* Baseline (branch none, lr 0.001) seeds 1-4: 3.0, 3.125, 3.25, 3.5.
@@ -263,4 +268,53 @@ Test(analysis_compare, real_training_runs) {
     analysis_comparison_free(&c);
     for (int r = 0; r < 4; r++)
         analysis_run_free(&read[r]);
+}
+
+/* A key added to the configuration after some runs were recorded: the older
+ * records lack it, and compare reads it as its default (the behaviour before
+ * the key), so seed 1's runs (no train.precision) and seed 2's ("fp32") are one
+ * arm per branch and pair; an explicit non-default value is its own arm. */
+Test(analysis_compare, a_key_absent_from_older_records_reads_as_its_default) {
+    analysis_run defaults;
+    const char *record = "{\"type\":\"provenance\",\"config\":{\"train\":{\"precision\":\"fp32\",\"lr\":0.001}}}";
+    cr_assert_eq(analysis_config_parse(record, strlen(record), "defaults", &defaults), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(defaults.n_keys, 2);
+    analysis_run old_run;
+    cr_assert_eq(analysis_run_read(write_run("old", "none", "0.002", 1, 1, 3.0, 2), &old_run), DT_OK);
+    cr_assert_null(analysis_run_value(&old_run, "train.precision"));
+    int added = -1;
+    cr_assert_eq(analysis_run_fill_defaults(&old_run, &defaults, &added), DT_OK);
+    cr_assert_eq(added, 1); /* train.lr was recorded: its value stays */
+    cr_assert_str_eq(analysis_run_value(&old_run, "train.precision"), "fp32");
+    cr_assert_str_eq(analysis_run_value(&old_run, "train.lr"), "0.002");
+    cr_assert_eq(analysis_run_fill_defaults(&old_run, &defaults, &added), DT_OK);
+    cr_assert_eq(added, 0);
+    analysis_run_free(&old_run);
+    analysis_run_free(&defaults);
+
+    const char *dirs[5] = {
+        write_run("b1", "none", "0.001", 1, 1, 3.0, 2),
+        write_run_with("b2", "none", "0.001", 2, 1, 3.25, 2, ",\"precision\":\"fp32\""),
+        write_run("d1", "decode", "0.001", 1, 1, 2.75, 2),
+        write_run_with("d2", "decode", "0.001", 2, 1, 3.25, 2, ",\"precision\":\"fp32\""),
+        write_run_with("h2", "none", "0.001", 2, 1, 3.5, 2, ",\"precision\":\"bf16\""),
+    };
+    char args[4096];
+    int used = snprintf(args, sizeof args, "compare --json");
+    for (int i = 0; i < 5; i++)
+        used += snprintf(args + used, sizeof args - (size_t)used, " '%s'", dirs[i]);
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(test_run_dbranch(NULL, args, &out, &err), 0, "%s", err);
+    /* Three arms: none/fp32 (b1, b2), decode/fp32 (d1, d2: diffs -0.25, 0), none/bf16 (h2). */
+    cr_assert(strstr(out, "\"arm\":\"model.branch=none train.precision=fp32\""), "%s", out);
+    cr_assert(strstr(out, "\"arm\":\"model.branch=decode train.precision=fp32\",\"runs\":[{"), "%s", out);
+    cr_assert(strstr(out, "\"pairs\":2,\"reference_mean\":3.125,\"mean_diff\":-0.125"), "%s", out);
+    cr_assert(strstr(out, "\"arm\":\"model.branch=none train.precision=bf16\""), "%s", out);
+    cr_assert_null(strstr(out, "absent"), "%s", out);
+    /* One line on stderr names the key, its default and how many records lack it (first, though these
+     * synthetic records lack most keys). */
+    cr_assert(strstr(err, "train.precision = fp32 (2 of 5 runs, e.g. ") && strstr(err, "/b1"), "%s", err);
+    cr_assert(strchr(err, '\n') == err + strlen(err) - 1, "not one line: %s", err);
+    free(out);
+    free(err);
 }
