@@ -37,7 +37,16 @@ dt_tensor *ag_tensor(ag_ctx *ctx, dt_dtype dtype, int ndim, const int64_t *shape
     return dt_tensor_arena(&ctx->arena, dtype, ndim, shape);
 }
 
-void *ag_scratch(ag_ctx *ctx, size_t bytes) { return dt_arena_alloc(&ctx->arena, bytes); }
+/* An allocation failed: during backward the op that asked will skip work, so the backward must fail. */
+static void note_failed_allocation(ag_ctx *ctx) {
+    if (ctx->in_backward) ctx->backward_failed = 1;
+}
+
+void *ag_scratch(ag_ctx *ctx, size_t bytes) {
+    void *p = dt_arena_alloc(&ctx->arena, bytes);
+    if (!p) note_failed_allocation(ctx);
+    return p;
+}
 
 int ag_needs_grad(ag_ctx *ctx, dt_tensor *const *inputs, int n_inputs) {
     if (!ctx->grad_enabled) return 0;
@@ -96,6 +105,7 @@ static int reserve_grad_buffer(ag_ctx *ctx) {
 static float *take_grad_buffer(ag_ctx *ctx, int64_t n) {
     if (!reserve_grad_buffer(ctx)) {
         dt_errorf("backward: out of memory for the gradient buffer list");
+        note_failed_allocation(ctx);
         return NULL;
     }
     int best = -1;
@@ -110,7 +120,10 @@ static float *take_grad_buffer(ag_ctx *ctx, int64_t n) {
     } else {
         buffer.data = dt_arena_alloc(&ctx->arena, (size_t)n * sizeof(float));
         buffer.capacity = n;
-        if (!buffer.data) return NULL;
+        if (!buffer.data) {
+            note_failed_allocation(ctx);
+            return NULL;
+        }
     }
     ctx->live_grads[ctx->n_live_grads++] = buffer;
     return buffer.data;
@@ -151,7 +164,10 @@ float *ag_grad_for_write(ag_ctx *ctx, dt_tensor *t, int *accumulate) {
         /* A heap tensor's gradient must outlive the step (and dt_tensor_free
          * frees it): give it a heap buffer, once, never an arena one. */
         if (t->heap_owned) {
-            if (dt_tensor_alloc_grad(t) != DT_OK) return NULL;
+            if (dt_tensor_alloc_grad(t) != DT_OK) {
+                note_failed_allocation(ctx);
+                return NULL;
+            }
         } else {
             t->grad = take_grad_buffer(ctx, t->size);
             if (t->grad) *accumulate = 0;
@@ -181,12 +197,14 @@ dt_status ag_backward(ag_ctx *ctx, dt_tensor *loss) {
     float *seed = ag_grad(ctx, loss);
     if (!seed) return dt_errorf("backward: out of memory");
     seed[0] += 1.0f;
+    ctx->in_backward = 1;
     for (int i = ctx->n_nodes - 1; i >= 0; i--) {
         ag_node *node = ctx->nodes[i];
         if (!node->out->grad) continue; /* nothing flowed into this op */
         node->backward(ctx, node);
         release_grad_buffer(ctx, node->out); /* every consumer of out ran before its producer */
     }
+    ctx->in_backward = 0;
     /* An op that could not finish its gradients said why (dt_errorf) and set the flag. */
     if (ctx->backward_failed) return dt_error_context("backward");
     return DT_OK;

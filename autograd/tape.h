@@ -59,8 +59,12 @@ struct ag_ctx {
      * = bf16 sets it. Everything else stays float32. */
     int bf16_products;
     /* Set by an op's backward that could not finish (its error message says
-     * why); ag_backward then fails. Cleared by ag_reset. */
+     * why), and by any allocation that fails while ag_backward runs (a
+     * gradient buffer, a temp, arena scratch: the op that asked skips work),
+     * so ag_backward fails rather than return partial gradients. Cleared by
+     * ag_reset. */
     int backward_failed;
+    int in_backward; /* 1 while ag_backward runs its ops */
     /* Arena gradient buffers handed out by ag_grad (live) and handed back by
      * ag_backward (free); heap arrays that grow during the first step only. */
     ag_grad_buffer *live_grads, *free_grads;

@@ -31,6 +31,10 @@ void dt_arena_free(dt_arena *arena) {
 
 void *dt_arena_alloc(dt_arena *arena, size_t bytes) {
     size_t need = round_up(bytes ? bytes : 1, DT_ARENA_ALIGN);
+    if (arena->limit && need > arena->limit - (arena->total_used < arena->limit ? arena->total_used : arena->limit)) {
+        dt_errorf("arena: out of memory: %zu bytes past the arena's limit of %zu", need, arena->limit);
+        return NULL;
+    }
     dt_arena_chunk *chunk = arena->n_chunks ? &arena->chunks[arena->n_chunks - 1] : NULL;
     if (!chunk || chunk->capacity - chunk->used < need) {
         /* Grow geometrically so a first step needs few chunks. */

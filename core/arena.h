@@ -27,6 +27,8 @@ typedef struct {
     size_t total_used; /* bytes handed out since the last reset (incl. padding) */
     size_t peak;       /* largest total_used ever seen */
     long n_mallocs;    /* chunk allocations over the arena's life */
+    size_t limit;      /* 0, or the most total_used may reach: a request past it fails as if out of
+                          memory (a memory cap, and how the tests fail an allocation at a chosen point) */
 } dt_arena;
 
 /* capacity may be 0: the first chunk is then sized by the first request. */
@@ -34,7 +36,7 @@ dt_status dt_arena_init(dt_arena *arena, size_t capacity);
 void dt_arena_free(dt_arena *arena);
 
 /* 64-byte aligned, uninitialised; NULL (with an error message) when out of
- * memory. */
+ * memory or past the limit. */
 void *dt_arena_alloc(dt_arena *arena, size_t bytes);
 /* Same, zero-filled. */
 void *dt_arena_calloc(dt_arena *arena, size_t bytes);

@@ -706,3 +706,77 @@ Test(branch, second_step_allocates_nothing) {
         model_free(&m);
     }
 }
+
+/* One forward + backward on a fresh tape whose arena may hold at most
+ * backward_limit bytes once the forward is done (0: no limit). Returns
+ * ag_backward's status; the parameters' gradients are zeroed first. */
+static dt_status step_with_backward_limit(model *m, const int32_t *tokens, const int32_t *targets,
+                                          size_t backward_limit, size_t *forward_bytes, size_t *step_bytes) {
+    for (int p = 0; p < m->n_params; p++)
+        if (m->params[p].tensor->grad)
+            memset(m->params[p].tensor->grad, 0, (size_t)m->params[p].tensor->size * sizeof(float));
+    ag_ctx ctx;
+    cr_assert_eq(ag_ctx_init(&ctx, 0), DT_OK);
+    dt_tensor *in = ag_tensor(&ctx, DT_I32, DT_SHAPE(BATCH, SEQ));
+    dt_tensor *tg = ag_tensor(&ctx, DT_I32, DT_SHAPE(BATCH, SEQ));
+    memcpy(in->data, tokens, sizeof(int32_t) * BATCH * SEQ);
+    memcpy(tg->data, targets, sizeof(int32_t) * BATCH * SEQ);
+    model_outputs out;
+    cr_assert_eq(model_forward(m, &ctx, in, tg, &out), DT_OK, "%s", dt_error_message());
+    if (forward_bytes) *forward_bytes = ctx.arena.total_used;
+    ctx.arena.limit = backward_limit;
+    dt_status status = ag_backward(&ctx, out.loss);
+    if (step_bytes) *step_bytes = ctx.arena.peak;
+    ag_ctx_free(&ctx);
+    return status;
+}
+
+/* An allocation that fails inside backward (a gradient buffer, a temp, an
+ * op's scratch) makes ag_backward fail: it never returns DT_OK with partial
+ * gradients. The arena's limit fails every allocation past a chosen size,
+ * swept from the forward's footprint to the whole step's; at each one the
+ * backward either fails with an out-of-memory message or returns gradients
+ * equal to the unlimited run's bit for bit. */
+Test(branch, backward_out_of_memory_fails_never_partial) {
+    named_config configs[16];
+    int n = branch_configs(configs);
+    int32_t tokens[BATCH * SEQ], targets[BATCH * SEQ];
+    fill_tokens(tokens, BATCH * SEQ, 29, 93);
+    fill_tokens(targets, BATCH * SEQ, 29, 94);
+    const int n_limits = 40;
+    for (int i = 0; i < n; i++) {
+        model m;
+        make_model(&m, &configs[i].config, 950 + (uint64_t)i);
+        size_t forward_bytes = 0, step_bytes = 0;
+        cr_assert_eq(step_with_backward_limit(&m, tokens, targets, 0, &forward_bytes, &step_bytes), DT_OK, "%s",
+                     dt_error_message());
+        float *want[128];
+        cr_assert(m.n_params <= 128);
+        for (int p = 0; p < m.n_params; p++) {
+            size_t bytes = (size_t)m.params[p].tensor->size * sizeof(float);
+            want[p] = malloc(bytes);
+            cr_assert(want[p] && m.params[p].tensor->grad, "%s: %s", configs[i].name, m.params[p].name);
+            memcpy(want[p], m.params[p].tensor->grad, bytes);
+        }
+        cr_assert(step_bytes > forward_bytes, "%s", configs[i].name);
+        int failed = 0, finished = 0;
+        for (int l = 0; l <= n_limits; l++) {
+            size_t limit = forward_bytes + (step_bytes - forward_bytes) * (size_t)l / n_limits;
+            if (step_with_backward_limit(&m, tokens, targets, limit, NULL, NULL) != DT_OK) {
+                cr_assert(strstr(dt_error_message(), "out of memory"), "%s at %zu: %s", configs[i].name, limit,
+                          dt_error_message());
+                failed++;
+                continue;
+            }
+            finished++;
+            for (int p = 0; p < m.n_params; p++)
+                cr_assert(equal_floats(m.params[p].tensor->grad, want[p], m.params[p].tensor->size),
+                          "%s: backward within %zu bytes returned DT_OK with a partial gradient of %s", configs[i].name,
+                          limit, m.params[p].name);
+        }
+        cr_assert(failed > 0 && finished > 0, "%s: %d limits failed, %d finished", configs[i].name, failed, finished);
+        for (int p = 0; p < m.n_params; p++)
+            free(want[p]);
+        model_free(&m);
+    }
+}

@@ -202,6 +202,36 @@ Test(train_loop, resume_is_bit_exact_feedback, .init = setup, .fini = teardown, 
     check_resume_is_exact(0, OPTIM_ADAMW, 2, 2);
 }
 
+/* Each step line of a feedback run names the passes K it trained: K = 1
+ * for the first feedback_start of the steps, then the mix's draw (here a mix
+ * of K = 2 only, so every later step says 2); a model without feedback
+ * writes no such field. */
+Test(train_loop, step_lines_name_the_feedback_passes, .init = setup, .fini = teardown, .timeout = 60) {
+    feedback_model = 1;
+    train_config cfg = tiny_config("passes", 0, OPTIM_ADAMW);
+    cfg.feedback_passes = (train_pass_mix){.n = 1, .passes = {2}, .weight = {1.0}};
+    cfg.feedback_start = 0.5;
+    cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
+    run(&cfg, NULL, 0, DT_OK);
+    feedback_model = 0;
+    train_config plain = tiny_config("plain", 0, OPTIM_ADAMW);
+    run(&plain, NULL, 0, DT_OK);
+    char path[1200], lines[16][1024];
+    snprintf(path, sizeof path, "%s/log.jsonl", cfg.out_dir);
+    int n = read_step_lines(path, lines, 16);
+    cr_assert_eq(n, 8);
+    for (int s = 0; s < n; s++) {
+        char want[64];
+        snprintf(want, sizeof want, ",\"feedback_passes\":%d", s < 4 ? 1 : 2);
+        cr_assert(strstr(lines[s], want), "step %d: %s not in %s", s + 1, want, lines[s]);
+    }
+    snprintf(path, sizeof path, "%s/log.jsonl", plain.out_dir);
+    n = read_step_lines(path, lines, 16);
+    cr_assert_eq(n, 8);
+    for (int s = 0; s < n; s++)
+        cr_assert_null(strstr(lines[s], "feedback_passes"), "%s", lines[s]);
+}
+
 Test(train_loop, checkpoint_round_trip, .init = setup, .fini = teardown, .timeout = 60) {
     train_config cfg = tiny_config("round", 1, OPTIM_MUON);
     trainer t;

@@ -123,6 +123,7 @@ dt_status train_log_step(train_log *log, const train_step_record *r) {
         json_number(f, "objective", r->objective, "%.9g");
         json_number(f, "grad_norm", r->grad_norm, "%.9g");
         fprintf(f, ",\"skipped_updates\":%lld", (long long)r->skipped_updates);
+        if (r->feedback_passes > 0) fprintf(f, ",\"feedback_passes\":%lld", (long long)r->feedback_passes);
         json_number(f, "tokens_per_s", r->tokens_per_s, "%.1f");
         json_number(f, "elapsed", r->elapsed, "%.3f");
         fputs("}\n", f);

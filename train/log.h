@@ -35,6 +35,8 @@ typedef struct train_step_record {
     double elapsed;      /* seconds of training so far */
     /* updates the spike guard skipped so far, this step included (train/spike_guard.h) */
     int64_t skipped_updates;
+    /* latent feedback (SPEC §6.5): the passes K this step ran; 0 for a model without feedback (no field) */
+    int64_t feedback_passes;
 } train_step_record;
 
 typedef struct train_eval_record {

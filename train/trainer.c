@@ -453,6 +453,7 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
         .step_seconds = seconds,
         .elapsed = t->state.elapsed_seconds,
         .skipped_updates = t->spike.skipped,
+        .feedback_passes = c->model.feedback ? passes : 0,
     };
     return train_log_step(&t->log, record);
 }
