@@ -94,3 +94,10 @@ analysis_paired analysis_paired_t(const double *diff, int n, double level) {
     r.p = 2 * analysis_student_t_cdf(-fabs(r.t), df);
     return r;
 }
+
+int analysis_pairs_for_halfwidth(double sd, double halfwidth, double level, int max_pairs) {
+    if (!(sd >= 0) || !(halfwidth > 0) || !(level > 0 && level < 1)) return -1;
+    for (int n = 2; n <= max_pairs; n++)
+        if (analysis_student_t_quantile(0.5 + level / 2, n - 1) * sd / sqrt((double)n) <= halfwidth) return n;
+    return max_pairs + 1;
+}

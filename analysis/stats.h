@@ -31,4 +31,11 @@ typedef struct analysis_paired {
  * itself and p is 1 when the mean is 0, else 0. */
 analysis_paired analysis_paired_t(const double *diff, int n, double level);
 
+/* The fewest pairs n >= 2 whose interval at confidence level would have half
+ * width <= halfwidth if the differences' sd were sd: t(0.5 + level / 2,
+ * n - 1) sd / sqrt(n) <= halfwidth. A plan, not a promise: an sd measured on
+ * few pairs is itself uncertain. max_pairs + 1 when even max_pairs fall
+ * short; -1 for sd < 0, halfwidth <= 0 or a NaN. */
+int analysis_pairs_for_halfwidth(double sd, double halfwidth, double level, int max_pairs);
+
 #endif

@@ -12,7 +12,8 @@
 #include "train/run_config.h"
 
 static void print_help(void) {
-    printf("usage: dbranch compare [--reference ARM|RUN_DIR] [--arm-key KEY[,KEY...]] [--json] RUN_DIR...\n"
+    printf("usage: dbranch compare [--reference ARM|RUN_DIR] [--arm-key KEY[,KEY...]] [--halfwidth PCT] [--json]\n"
+           "                       RUN_DIR...\n"
            "\n"
            "Reads each run directory's provenance.json and log (written by dbranch train), takes the\n"
            "validation loss of its final eval, groups the runs into arms and pairs each arm with the\n"
@@ -27,6 +28,8 @@ static void print_help(void) {
            "  --arm-key K,..  arms by these config keys (section.key) only; default: every key but\n"
            "                  train.seed, out_dir, log_file, threads, print_every, checkpoint_every,\n"
            "                  keep_last and eval_every (they change no weight)\n"
+           "  --halfwidth P   also the pairs that would make each arm's 95%% interval +-P%% of the\n"
+           "                  reference mean wide at its measured sd (a plan: a few pairs' sd is rough)\n"
            "  --json          one JSON object on stdout instead of the table\n");
 }
 
@@ -129,7 +132,16 @@ static void json_string(const char *s) {
     putchar('"');
 }
 
-static void print_json(const analysis_comparison *c, const analysis_run *runs) {
+enum { MAX_PLANNED_PAIRS = 10000 };
+
+/* The pairs for a 95% half width of halfwidth_pct % of the reference mean at the arm's sd; -1 when unknown. */
+static int planned_pairs(const analysis_arm *arm, double halfwidth_pct) {
+    if (arm->paired.n < 2 || !(arm->reference_mean > 0)) return -1;
+    return analysis_pairs_for_halfwidth(100 * arm->paired.sd / arm->reference_mean, halfwidth_pct, 0.95,
+                                        MAX_PLANNED_PAIRS);
+}
+
+static void print_json(const analysis_comparison *c, const analysis_run *runs, double halfwidth_pct) {
     printf("{\"metric\":\"final_val_loss\",\"confidence\":0.95,\"reference\":");
     json_string(c->arms[c->reference].label);
     printf(",\"arms\":[");
@@ -157,12 +169,21 @@ static void print_json(const analysis_comparison *c, const analysis_run *runs) {
         json_number("ci95_high", arm->paired.high, 1);
         json_number("t", arm->paired.t, 1);
         json_number("p", arm->paired.p, 1);
+        if (halfwidth_pct > 0 && a != c->reference) {
+            int n = planned_pairs(arm, halfwidth_pct);
+            json_number("halfwidth_pct", halfwidth_pct, 1);
+            printf(",\"pairs_for_halfwidth\":");
+            if (n > 0)
+                printf("%d", n);
+            else
+                printf("null");
+        }
         printf("}");
     }
     printf("]}\n");
 }
 
-static void print_table(const analysis_comparison *c) {
+static void print_table(const analysis_comparison *c, double halfwidth_pct) {
     int width = 9;
     for (int a = 0; a < c->n_arms; a++) {
         int n = (int)strlen(c->arms[a].label);
@@ -171,8 +192,10 @@ static void print_table(const analysis_comparison *c) {
     const analysis_arm *ref = &c->arms[c->reference];
     printf("final validation loss, paired by seed against '%s' (%d runs, mean %.6f); diff = arm - reference\n",
            ref->label, ref->n_runs, ref->mean_loss);
-    printf("%-*s  %4s  %5s  %10s  %12s  %8s  %-27s  %8s\n", width, "arm", "runs", "pairs", "mean loss", "mean diff",
-           "diff %", "95% interval", "p");
+    char planned_header[48] = "";
+    if (halfwidth_pct > 0) snprintf(planned_header, sizeof planned_header, "  pairs for +-%g%%", halfwidth_pct);
+    printf("%-*s  %4s  %5s  %10s  %12s  %8s  %-27s  %8s%s\n", width, "arm", "runs", "pairs", "mean loss", "mean diff",
+           "diff %", "95% interval", "p", planned_header);
     for (int a = 0; a < c->n_arms; a++) {
         const analysis_arm *arm = &c->arms[a];
         printf("%-*s  %4d  %5d  %10.6f", width, arm->label, arm->n_runs, arm->paired.n, arm->mean_loss);
@@ -191,7 +214,13 @@ static void print_table(const analysis_comparison *c) {
         }
         char interval[64];
         snprintf(interval, sizeof interval, "[%+.6f, %+.6f]", arm->paired.low, arm->paired.high);
-        printf("  %-27s  %8.3g\n", interval, arm->paired.p);
+        printf("  %-27s  %8.3g", interval, arm->paired.p);
+        int n = halfwidth_pct > 0 ? planned_pairs(arm, halfwidth_pct) : 0;
+        if (n > MAX_PLANNED_PAIRS)
+            printf("  %*s>%d", (int)strlen(planned_header) - 2 - 6, "", MAX_PLANNED_PAIRS);
+        else if (n > 0)
+            printf("  %*d", (int)strlen(planned_header) - 2, n);
+        printf("\n");
     }
 }
 
@@ -200,7 +229,7 @@ int cmd_compare(int argc, char **argv) {
         print_help();
         return 0;
     }
-    const char *reference = NULL, *arm_keys_text = NULL;
+    const char *reference = NULL, *arm_keys_text = NULL, *halfwidth_text = NULL;
     int json = 0, n_dirs = 0;
     const char **dirs = calloc((size_t)argc + 1, sizeof *dirs);
     if (!dirs) {
@@ -209,9 +238,10 @@ int cmd_compare(int argc, char **argv) {
     }
     cli_seen seen = {0};
     for (int i = 0; i < argc; i++) {
-        const char **slot = !strcmp(argv[i], "--reference") ? &reference
-                            : !strcmp(argv[i], "--arm-key") ? &arm_keys_text
-                                                            : NULL;
+        const char **slot = !strcmp(argv[i], "--reference")   ? &reference
+                            : !strcmp(argv[i], "--arm-key")   ? &arm_keys_text
+                            : !strcmp(argv[i], "--halfwidth") ? &halfwidth_text
+                                                              : NULL;
         if (slot) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "dbranch compare: %s needs a value\n", argv[i]);
@@ -237,6 +267,17 @@ int cmd_compare(int argc, char **argv) {
         fprintf(stderr, "dbranch compare: no run directories given (try dbranch compare --help)\n");
         free(dirs);
         return 1;
+    }
+    double halfwidth_pct = 0;
+    if (halfwidth_text) {
+        char *end = NULL;
+        halfwidth_pct = strtod(halfwidth_text, &end);
+        if (end == halfwidth_text || *end || !(halfwidth_pct > 0) || !isfinite(halfwidth_pct)) {
+            fprintf(stderr, "dbranch compare: --halfwidth '%s' must be a positive percentage (0.5 for +-0.5%%)\n",
+                    halfwidth_text);
+            free(dirs);
+            return 1;
+        }
     }
     /* --arm-key a,b,c: split in a copy. */
     char *keys_copy = arm_keys_text ? strdup(arm_keys_text) : NULL;
@@ -266,9 +307,9 @@ int cmd_compare(int argc, char **argv) {
         } else {
             if (note) fprintf(stderr, "%s\n", note);
             if (json)
-                print_json(&comparison, runs);
+                print_json(&comparison, runs, halfwidth_pct);
             else
-                print_table(&comparison);
+                print_table(&comparison, halfwidth_pct);
             analysis_comparison_free(&comparison);
         }
     }

@@ -201,6 +201,25 @@ Test(analysis_compare, cli_table_json_and_errors) {
     cr_assert(strstr(out, "-0.145833") && strstr(out, "-4.667%"), "%s", out); /* -14/96, / 3.125 */
     free(out);
     free(err);
+    /* --halfwidth 2: the decode arm's sd is sqrt(84) / 96 = 3.055% of 3.125, and with t(0.975; 10, 11) =
+     * 2.228, 2.201 (printed tables) 11 pairs give +-2.052%, 12 give +-1.941%; the lr arm's sd is 0: 2 pairs. */
+    used = snprintf(args, sizeof args, "compare --halfwidth 2 --json");
+    for (int i = 0; i < n; i++)
+        used += snprintf(args + used, sizeof args - (size_t)used, " '%s'", dirs[i]);
+    cr_assert_eq(test_run_dbranch(NULL, args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "\"halfwidth_pct\":2,\"pairs_for_halfwidth\":12}"), "%s", out);
+    cr_assert(strstr(out, "\"halfwidth_pct\":2,\"pairs_for_halfwidth\":2}"), "%s", out);
+    free(out);
+    free(err);
+    memcpy(args, "compare --halfwidth 2       ", 28);
+    cr_assert_eq(test_run_dbranch(NULL, args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "pairs for +-2%") && strstr(out, "  12\n"), "%s", out);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "compare --halfwidth -1 '%s'", dirs[0]);
+    cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch compare: ", "--halfwidth '-1'");
+    free(err);
     snprintf(args, sizeof args, "compare --reference nope '%s' '%s'", dirs[0], dirs[2]);
     cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1);
     test_assert_one_line_error(err, "dbranch compare: ", "'nope'");

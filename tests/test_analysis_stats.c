@@ -75,3 +75,21 @@ Test(analysis_stats, paired_t_degenerate) {
     r = analysis_paired_t(one, 1, 0.95);
     cr_assert(r.n == 1 && r.mean == 0.5 && isnan(r.p) && isnan(r.low));
 }
+
+/* Against printed t tables: t(0.975; 2, 3, 4) = 4.303, 3.182, 2.776, so at
+ * sd 1 the 95% half widths of 3, 4, 5 pairs are 2.484, 1.591, 1.242. */
+Test(analysis_stats, pairs_for_a_halfwidth) {
+    cr_assert_eq(analysis_pairs_for_halfwidth(1.0, 2.5, 0.95, 100), 3);
+    cr_assert_eq(analysis_pairs_for_halfwidth(1.0, 2.48, 0.95, 100), 4);
+    cr_assert_eq(analysis_pairs_for_halfwidth(1.0, 1.6, 0.95, 100), 4);
+    cr_assert_eq(analysis_pairs_for_halfwidth(1.0, 1.58, 0.95, 100), 5);
+    cr_assert_eq(analysis_pairs_for_halfwidth(2.0, 3.2, 0.95, 100), 4); /* scales with sd */
+    cr_assert_eq(analysis_pairs_for_halfwidth(0.0, 0.1, 0.95, 100), 2);
+    /* about (1.96 / 0.1)^2 = 384 pairs: more than 100 */
+    cr_assert_eq(analysis_pairs_for_halfwidth(1.0, 0.1, 0.95, 100), 101);
+    int n = analysis_pairs_for_halfwidth(1.0, 0.1, 0.95, 1000);
+    cr_assert(n >= 385 && n <= 390, "%d", n);
+    cr_assert_eq(analysis_pairs_for_halfwidth(-1.0, 1.0, 0.95, 100), -1);
+    cr_assert_eq(analysis_pairs_for_halfwidth(1.0, 0.0, 0.95, 100), -1);
+    cr_assert_eq(analysis_pairs_for_halfwidth(NAN, 1.0, 0.95, 100), -1);
+}

@@ -51,8 +51,10 @@ dsweep_params() { # config
 
 # The arm-vs-baseline statistics of one D: compare.txt (dbranch compare's
 # table per arm, the text the README quotes) and one gap.tsv line per arm:
-# D arm pairs diff% lo% hi% p arm_sd% base_sd% (the interval in % of the
-# baseline mean over the pairs; sd = the seeds' spread of each arm's loss).
+# D arm pairs diff% lo% hi% p arm_sd% base_sd% plan (the interval in % of the
+# baseline mean over the pairs; sd = the seeds' spread of each arm's loss;
+# plan = the pairs that would make the interval +-DSWEEP_HALFWIDTH % at the
+# measured paired sd, `dbranch compare --halfwidth`; the issue's goal is 0.5).
 dsweep_compare() { # D
     local d=$1 dir="$OUT/$DSWEEP_DIR/D$1" arm
     : >"$dir/compare.txt"
@@ -69,20 +71,21 @@ dsweep_compare() { # D
         for run in "${base_runs[@]}"; do rel_base+=("$(exp_relative "$run")"); done
         for run in "${arm_runs[@]}"; do rel_arm+=("$(exp_relative "$run")"); done
         printf '## %s vs base\n' "$arm" >>"$dir/compare.txt"
-        "$DBRANCH" compare --reference "${rel_base[0]}" "${rel_base[@]}" "${rel_arm[@]}" >>"$dir/compare.txt" 2>&1 ||
+        "$DBRANCH" compare --halfwidth "$DSWEEP_HALFWIDTH" --reference "${rel_base[0]}" "${rel_base[@]}" "${rel_arm[@]}" >>"$dir/compare.txt" 2>&1 ||
             true
         printf '\n' >>"$dir/compare.txt"
         # The JSON's second arm object is the arm (the first is the reference).
-        "$DBRANCH" compare --json --reference "${rel_base[0]}" "${rel_base[@]}" "${rel_arm[@]}" 2>/dev/null |
+        "$DBRANCH" compare --json --halfwidth "$DSWEEP_HALFWIDTH" --reference "${rel_base[0]}" "${rel_base[@]}" "${rel_arm[@]}" 2>/dev/null |
             awk -v d="$d" -v arm="$arm" -v table="$dir/table.tsv" '
             function field(s, k,   r) { r = s; if (!sub(".*\"" k "\":", "", r)) return "nan"
                 sub(/[,}].*/, "", r); return r }
             BEGIN { while ((getline line < table) > 0) { split(line, f, "\t"); sd[f[1]] = f[5]; mean[f[1]] = f[4] } }
             { n = split($0, parts, /\{"arm":/); s = parts[3]; ref = field(s, "reference_mean")
               p = field(s, "p"); if (p == "null") p = "nan"
-              printf "%s\t%s\t%s\t%.4f\t%.4f\t%.4f\t%s\t%.4f\t%.4f\n", d, arm, field(s, "pairs"),
+              plan = field(s, "pairs_for_halfwidth"); if (plan == "null") plan = "nan"
+              printf "%s\t%s\t%s\t%.4f\t%.4f\t%.4f\t%s\t%.4f\t%.4f\t%s\n", d, arm, field(s, "pairs"),
                   field(s, "mean_diff_pct"), 100 * field(s, "ci95_low") / ref, 100 * field(s, "ci95_high") / ref, p,
-                  100 * sd[arm] / mean[arm], 100 * sd["base"] / mean["base"] }' >>"$OUT/$DSWEEP_DIR/gap.tsv"
+                  100 * sd[arm] / mean[arm], 100 * sd["base"] / mean["base"], plan }' >>"$OUT/$DSWEEP_DIR/gap.tsv"
     done
 }
 
@@ -91,10 +94,11 @@ dsweep_compare() { # D
 dsweep_gap_report() {
     local tsv="$OUT/$DSWEEP_DIR/gap.tsv"
     {
-        printf '| D | arm | pairs | mean diff vs base | 95%% interval | p | arm seed sd | base seed sd |\n'
-        printf '|---|---|---|---|---|---|---|---|\n'
-        sort -t$'\t' -k1,1n -k2,2 "$tsv" | awk -F'\t' '{ printf "| %s | %s | %s | %+.2f%% | [%+.2f, %+.2f]%% | %s | %.2f%% | %.2f%% |\n",
-            $1, $2, $3, $4, $5, $6, ($7 == "nan" ? "–" : sprintf("%.3g", $7)), $8, $9 }'
+        printf '| D | arm | pairs | mean diff vs base | 95%% interval | p | arm seed sd | base seed sd | pairs for ±%s%% |\n' "$DSWEEP_HALFWIDTH"
+        printf '|---|---|---|---|---|---|---|---|---|\n'
+        sort -t$'\t' -k1,1n -k2,2 "$tsv" | awk -F'\t' '{ printf "| %s | %s | %s | %+.2f%% | [%+.2f, %+.2f]%% | %s | %.2f%% | %.2f%% | %s |\n",
+            $1, $2, $3, $4, $5, $6, ($7 == "nan" ? "–" : sprintf("%.3g", $7)), $8, $9, ($10 == "nan" || $10 == "" ? "–" : $10) }'
+        printf '\nThe last column plans seeds: the pairs whose 95%% interval would be ±%s%% of the baseline at the paired sd measured so far (`dbranch compare --halfwidth`; an sd from few pairs is itself rough).\n' "$DSWEEP_HALFWIDTH"
     } >"$OUT/$DSWEEP_DIR/gap.md"
     exp_have_gnuplot || return 0
     [ -s "$tsv" ] || return 0
@@ -131,6 +135,7 @@ study_dsweep() {
     # steps (820k tokens, about 10 minutes of a twin), and a cut run resumes
     # from its checkpoint (exp_train; commit the run folders when a sitting ends).
     EXP_CHECKPOINT_EVERY=${EXP_CHECKPOINT_EVERY:-200}
+    DSWEEP_HALFWIDTH=${DSWEEP_HALFWIDTH:-0.5} # the issue's interval goal, in % (gap.md's seed plan)
     [ -n "$params" ] || params=$(dsweep_params "$config")
     [ -n "$params" ] && [ "$params" -gt 0 ] || { echo "run.sh dsweep: no non-embedding parameter count" >&2; exit 1; }
     echo "== dsweep: $config on $corpus, N = $params non-embedding parameters, D = ${DSWEEP_D:-10 20 40 80}" >&2

@@ -3,7 +3,7 @@
 # validation loss with its 95% interval (gnuplot; called by
 # experiments/dsweep/study.sh). Below zero the arm is better. Variables, set
 # with -e:
-#   data        gap_by_arm.tsv (gap.tsv sorted by arm): D arm pairs diff% lo% hi% p arm_sd% base_sd%
+#   data        gap_by_arm.tsv (gap.tsv sorted by arm): D arm pairs diff% lo% hi% p arm_sd% base_sd% plan
 #   arms        space-separated arm names to draw
 #   out         the PNG to write
 #   plot_title  the title line
