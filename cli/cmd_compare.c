@@ -33,12 +33,14 @@ static void print_help(void) {
            "  --json          one JSON object on stdout instead of the table\n");
 }
 
-/* The keys of a default configuration as a record gives them: the default
+/* The keys of a default configuration of model family `family` (a record's
+ * text; NULL: the default family) as a record gives them: the default
  * formatted as INI, written as a provenance record's config and read back, so
  * the values have the same text as a run's record. */
-static dt_status read_defaults(analysis_run *defaults) {
+static dt_status read_defaults(const char *family, analysis_run *defaults) {
     memset(defaults, 0, sizeof *defaults);
     train_config cfg = train_config_default();
+    if (family && train_config_set_key(&cfg, "model", "family", family) != DT_OK) return DT_ERR;
     size_t length = train_config_format(&cfg, NULL, 0);
     char *ini = malloc(length + 1), *record = NULL;
     size_t record_size = 0;
@@ -64,17 +66,40 @@ static dt_status read_defaults(analysis_run *defaults) {
  * as defaults (up to four of them, those some runs have first), for stderr once the comparison is made. */
 static dt_status fill_defaults(analysis_run *runs, int n_runs, char **note) {
     *note = NULL;
-    analysis_run defaults;
-    dt_status status = read_defaults(&defaults);
+    /* Defaults per model family (a family sets its own defaults of some keys), read once each. */
+    enum { MAX_FAMILIES = 8 };
+    analysis_run family_defaults[MAX_FAMILIES];
+    const char *family_names[MAX_FAMILIES];
+    int n_families = 0;
+    analysis_run defaults; /* the first run's family's: the key list and the values the note names */
+    dt_status status = read_defaults(analysis_run_value(&runs[0], "model.family"), &defaults);
+    if (status != DT_OK) status = dt_error_context("%s", runs[0].dir);
     int *lacking = status == DT_OK ? calloc((size_t)defaults.n_keys + 1, sizeof *lacking) : NULL;
     int *first = status == DT_OK ? calloc((size_t)defaults.n_keys + 1, sizeof *first) : NULL;
     if (status == DT_OK && (!lacking || !first)) status = dt_errorf("compare: out of memory");
     for (int r = 0; r < n_runs && status == DT_OK; r++) {
+        const char *family = analysis_run_value(&runs[r], "model.family");
+        int which = 0;
+        while (which < n_families && strcmp(family_names[which], family ? family : ""))
+            which++;
+        if (which == n_families) {
+            if (n_families == MAX_FAMILIES) {
+                status = dt_errorf("compare: runs of more than %d model families", MAX_FAMILIES);
+                break;
+            }
+            if (read_defaults(family, &family_defaults[which]) != DT_OK) {
+                status = dt_error_context("%s", runs[r].dir);
+                break;
+            }
+            family_names[n_families++] = family ? family : "";
+        }
         for (int k = 0; k < defaults.n_keys; k++)
             if (!analysis_run_value(&runs[r], defaults.keys[k]) && lacking[k]++ == 0) first[k] = r;
         int added;
-        status = analysis_run_fill_defaults(&runs[r], &defaults, &added);
+        status = analysis_run_fill_defaults(&runs[r], &family_defaults[which], &added);
     }
+    for (int i = 0; i < n_families; i++)
+        analysis_run_free(&family_defaults[i]);
     int n_lacking = 0;
     for (int k = 0; k < defaults.n_keys && status == DT_OK; k++)
         n_lacking += lacking[k] > 0;

@@ -35,17 +35,18 @@ static const char *run_path(const char *name) {
 
 /* A run folder: provenance.json and log.jsonl (provenance line, two steps, an
  * early eval at a decoy loss, the final eval at step final_step of 2). */
-static const char *write_run_with(const char *name, const char *branch, const char *lr, int seed, int threads,
-                                  double loss, int final_step, const char *extra_train_keys) {
+static const char *write_run_with(const char *name, const char *family, const char *branch, const char *lr, int seed,
+                                  int threads, double loss, int final_step, const char *extra_model_keys,
+                                  const char *extra_train_keys) {
     const char *dir = run_path(name);
     cr_assert(mkdir(dir, 0777) == 0, "%s", dir);
     char record[2048];
     snprintf(record, sizeof record,
              "{\"type\":\"provenance\",\"commit\":\"abc\",\"version\":\"0.1.0\",\"resume\":null,\"total_steps\":2,"
-             "\"tokens_per_step\":64,\"config\":{\"model\":{\"family\":\"nanogpt\",\"branch\":\"%s\",\"d_model\":8},"
+             "\"tokens_per_step\":64,\"config\":{\"model\":{\"family\":\"%s\",\"branch\":\"%s\",\"d_model\":8%s},"
              "\"data\":{\"path\":\"d.h5\"},\"train\":{\"lr\":%s,\"seed\":%d,\"threads\":%d,\"out_dir\":\"%s\","
              "\"log_file\":\"log.jsonl\",\"eval_every\":%d%s}}}",
-             branch, lr, seed, threads, dir, seed * 10, extra_train_keys);
+             family, branch, extra_model_keys, lr, seed, threads, dir, seed * 10, extra_train_keys);
     char path[512];
     snprintf(path, sizeof path, "%s/provenance.json", dir);
     FILE *f = fopen(path, "w");
@@ -66,7 +67,7 @@ static const char *write_run_with(const char *name, const char *branch, const ch
 
 static const char *write_run(const char *name, const char *branch, const char *lr, int seed, int threads, double loss,
                              int final_step) {
-    return write_run_with(name, branch, lr, seed, threads, loss, final_step, "");
+    return write_run_with(name, "nanogpt", branch, lr, seed, threads, loss, final_step, "", "");
 }
 
 /* Baseline (branch none, lr 0.001) seeds 1-4: 3.0, 3.125, 3.25, 3.5.
@@ -313,10 +314,10 @@ Test(analysis_compare, a_key_absent_from_older_records_reads_as_its_default) {
 
     const char *dirs[5] = {
         write_run("b1", "none", "0.001", 1, 1, 3.0, 2),
-        write_run_with("b2", "none", "0.001", 2, 1, 3.25, 2, ",\"precision\":\"fp32\""),
+        write_run_with("b2", "nanogpt", "none", "0.001", 2, 1, 3.25, 2, "", ",\"precision\":\"fp32\""),
         write_run("d1", "decode", "0.001", 1, 1, 2.75, 2),
-        write_run_with("d2", "decode", "0.001", 2, 1, 3.25, 2, ",\"precision\":\"fp32\""),
-        write_run_with("h2", "none", "0.001", 2, 1, 3.5, 2, ",\"precision\":\"bf16\""),
+        write_run_with("d2", "nanogpt", "decode", "0.001", 2, 1, 3.25, 2, "", ",\"precision\":\"fp32\""),
+        write_run_with("h2", "nanogpt", "none", "0.001", 2, 1, 3.5, 2, "", ",\"precision\":\"bf16\""),
     };
     char args[4096];
     int used = snprintf(args, sizeof args, "compare --json");
@@ -334,6 +335,16 @@ Test(analysis_compare, a_key_absent_from_older_records_reads_as_its_default) {
      * synthetic records lack most keys). */
     cr_assert(strstr(err, "train.precision = fp32 (2 of 5 runs, e.g. ") && strstr(err, "/b1"), "%s", err);
     cr_assert(strchr(err, '\n') == err + strlen(err) - 1, "not one line: %s", err);
+    free(out);
+    free(err);
+    /* A default that depends on the family is the run's family's: llama's tie_embeddings is 0 (nanogpt's 1),
+     * so a llama record lacking it pairs with one that says 0. */
+    const char *l1 = write_run_with("l1", "llama", "none", "0.001", 1, 1, 3.0, 2, ",\"tie_embeddings\":0", "");
+    const char *l2 = write_run_with("l2", "llama", "none", "0.001", 2, 1, 3.5, 2, "", "");
+    snprintf(args, sizeof args, "compare --json '%s' '%s'", l1, l2);
+    cr_assert_eq(test_run_dbranch(NULL, args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "\"arm\":\"all runs\""), "%s", out);
+    cr_assert(strstr(err, "model.tie_embeddings = 0 (1 of 2 runs"), "%s", err);
     free(out);
     free(err);
 }
