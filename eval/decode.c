@@ -688,7 +688,7 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
             k_embedding_forward_range(r->h + row * d.C, data_of(row == 0 ? m->tok_emb : m->branch_tok_emb), &token, 1,
                                       d.C);
             if (m->pos_emb) k_accumulate_range(r->h + row * d.C, data_of(m->pos_emb) + pos * d.C, d.C);
-            if (row == 0 && m->tok_emb2) /* tok_emb_tables = 2: + tok_emb2[x_t], added last as in training */
+            if (row == 0 && m->tok_emb2 && m->arch.tok_emb2_layer == 0) /* + tok_emb2[x_t], last as in training */
                 k_accumulate_range(r->h, data_of(m->tok_emb2) + (int64_t)token * d.C, d.C);
             if (row == 0 && s->feedback != EVAL_FEEDBACK_STANDARD) { /* u_t = fuse(h_{t-1}, e_t) */
                 float *e = s->feedback_scratch + 2 * d.C;
@@ -740,6 +740,9 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
                            l + 1 < d.L ? m->layers[l + 1].route_attn_norm : m->route_final_norm);
             if (persist) /* out_t of the primary row (SPEC §6.4), normed by this layer's Norm1 */
                 norm(s, s->x_persist, r->mean, r->rstd, h, layer->attn_norm, layer->attn_norm_bias, 1, d.C);
+            if (row0 == 0 && m->tok_emb2 &&
+                l + 1 == m->arch.tok_emb2_layer) /* block l + 1's input gets tok_emb2[x_t] */
+                k_accumulate_range(r->h, data_of(m->tok_emb2) + (int64_t)token * d.C, d.C);
             if (l + 1 < d.L)
                 norm(s, x, r->mean, r->rstd, h, m->layers[l + 1].attn_norm, m->layers[l + 1].attn_norm_bias, n_rows,
                      d.C);
@@ -922,7 +925,8 @@ static void prefill_scan(eval_decode_session *s, const int32_t *tokens, int64_t 
 }
 
 /* tok_emb_tables = 2: rows h [P, C] += tok_emb2[tokens [P]] (the last term of
- * the input, as in training), counted as read; nothing without the table. */
+ * the input, or of block tok_emb2_layer's input, as in training), counted as
+ * read; nothing without the table. */
 static void add_tok_emb2_rows(eval_decode_session *s, float *h, const int32_t *tokens, int64_t P) {
     const model *m = s->model;
     if (!m->tok_emb2) return;
@@ -948,7 +952,7 @@ static void prefill_pass(eval_decode_session *s, const int32_t *tokens, int64_t 
     } else {
         k_embedding_forward(b->h, data_of(m->tok_emb), tokens, P, d.C);
         if (m->pos_emb) k_add(b->h, b->h, data_of(m->pos_emb), P * d.C);
-        add_tok_emb2_rows(s, b->h, tokens, P);
+        if (m->arch.tok_emb2_layer == 0) add_tok_emb2_rows(s, b->h, tokens, P);
         count_weight(s, P * d.C * (m->pos_emb ? 2 : 1));
     }
     if (extra) { /* g = branch.tok_emb[x_{P-1}] (+ pos_emb[P-1]) */
@@ -967,6 +971,8 @@ static void prefill_pass(eval_decode_session *s, const int32_t *tokens, int64_t 
         const shapes dl = layer_shapes(m, l);
         kv_floats_per_position += dl.kvdim;
 
+        if (l > 0 && l == m->arch.tok_emb2_layer && !inputs)
+            add_tok_emb2_rows(s, b->h, tokens, P); /* (no branch row) */
         norm(s, b->x, b->mean, b->rstd, b->h, layer->attn_norm, layer->attn_norm_bias, rows, d.C);
         count_norm(s, layer->attn_norm, layer->attn_norm_bias);
         prefill_rows_linear(s, b->q, b->x, P, extra, w->wq, w->wq_bias, br->wq, br->wq_bias, d.C, dl.qdim);

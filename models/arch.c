@@ -49,6 +49,7 @@ dt_status model_arch_build(model_arch *arch, const model_config *c) {
     arch->has_branch = c->branch == BRANCH_DECODE;
     arch->branch_own_emb = arch->has_branch && c->branch_emb == BRANCH_EMB_OWN;
     arch->tok_emb_tables = (int)c->tok_emb_tables;
+    arch->tok_emb2_layer = c->tok_emb2_layer;
     arch->branch_own_weights = arch->has_branch && !c->share;
     if (ffn->is_moe) {
         arch->n_expert = c->n_expert;

@@ -65,6 +65,7 @@ typedef struct model_arch {
     int branch_own_emb;     /* branch.tok_emb exists (branch_emb = own) */
     int branch_own_weights; /* share = off: the branch's own wq, wo and FFN */
     int tok_emb_tables;     /* 1, or 2: the primary input sums tok_emb and tok_emb2 (no branch) */
+    int64_t tok_emb2_layer; /* tok_emb2[x] joins the input of this block (0: the embedding itself) */
     /* Largest per-layer widths, for buffers sized once. */
     int64_t max_q_width, max_kv_width, max_d_ff, max_head_dim, max_n_head, max_n_kv_head;
     int64_t n_expert, top_k, top_k_branch; /* 0 for dense FFN kinds */

@@ -533,6 +533,19 @@ static dt_status check_options(const model_config *c) {
         return dt_errorf("tok_emb_tables = %lld is not defined with %s (the second table is a baseline's stand-in "
                          "for branch.tok_emb)",
                          (long long)c->tok_emb_tables, c->branch == BRANCH_DECODE ? "branch = decode" : "feedback = 1");
+    /* A later entry point is defined on the plain stack only: a routed stack has no single residual stream, a
+     * recurrent layer scans its input, and a looped stack would meet the table once per application. */
+    if (c->tok_emb2_layer > 0 && c->tok_emb_tables != 2)
+        return dt_errorf("tok_emb2_layer = %lld needs tok_emb_tables = 2", (long long)c->tok_emb2_layer);
+    if (c->tok_emb2_layer > 0 && c->tok_emb2_layer >= c->n_layer)
+        return dt_errorf("tok_emb2_layer = %lld must be below n_layer = %lld (the block whose input tok_emb2 joins)",
+                         (long long)c->tok_emb2_layer, (long long)c->n_layer);
+    if (c->tok_emb2_layer > 0 && (c->attn_res != ATTN_RES_OFF || c->recurrent || c->n_loop > 1))
+        return dt_errorf("tok_emb2_layer = %lld is not defined with %s (only on the plain stack)",
+                         (long long)c->tok_emb2_layer,
+                         c->attn_res != ATTN_RES_OFF ? "attn_res"
+                         : c->recurrent              ? "recurrent = 1"
+                                                     : "n_loop > 1");
     if (check_layer_head_shapes(c) != DT_OK) return DT_ERR;
     if (c->attn_res == ATTN_RES_BLOCK && (c->attn_res_blocks < 1 || (2 * c->n_layer) % c->attn_res_blocks))
         return dt_errorf("attn_res_blocks = %lld must divide the 2*n_layer = %lld sublayers (attn_res = block)",

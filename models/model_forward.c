@@ -155,12 +155,14 @@ dt_tensor *model_block_ffn(ag_ctx *ctx, const model *m, int64_t l, int branch, d
 /* One trajectory's stack on its embedding h [B,T,C] -> the final norm's input
  * [B,T,C]: blocks on the running residual sum, or with attn_res (SPEC §6.3)
  * every sublayer fed by its route over the trajectory's own sources (the
- * branch's with the shared queries and norms). */
+ * branch's with the shared queries and norms). late [B,T,C] (or NULL) joins
+ * the residual stream before block tok_emb2_layer (plain stacks only). */
 static dt_tensor *stack_forward(ag_ctx *ctx, const model *m, block_role role, dt_tensor *h, model_primary_state *states,
-                                model_ffn_balance *balance) {
+                                model_ffn_balance *balance, dt_tensor *late) {
     const model_arch *a = &m->arch;
     if (!a->routed) {
         for (int64_t l = 0; l < a->L && h; l++) {
+            if (late && l == a->tok_emb2_layer) h = ag_add(ctx, h, late);
             probe_input(m, role, 2 * l, h);
             if (a->recurrent && role == ROLE_PRIMARY) { /* SPEC §6.4: a scan (models/recurrent_forward.c) */
                 h = model_recurrent_layer(ctx, m, l, h, &states[l], balance);
@@ -210,10 +212,17 @@ static dt_tensor *embed_forward(ag_ctx *ctx, const model *m, dt_tensor *table, d
 }
 
 /* The primary path's input: tok_emb[x] (+ pos_emb[t]) (+ tok_emb2[x] with
- * tok_emb_tables = 2, added last, as the decode step adds it). [B,T] -> [B,T,C]. */
+ * tok_emb_tables = 2 and tok_emb2_layer = 0, added last, as the decode step
+ * adds it). [B,T] -> [B,T,C]. */
 static dt_tensor *primary_embed_forward(ag_ctx *ctx, const model *m, dt_tensor *tokens, dt_tensor *positions) {
     dt_tensor *e = embed_forward(ctx, m, m->tok_emb, tokens, positions);
-    return m->tok_emb2 ? ag_add(ctx, e, ag_embedding(ctx, m->tok_emb2, tokens)) : e; /* ag_add passes a NULL on */
+    if (!m->tok_emb2 || m->arch.tok_emb2_layer > 0) return e;
+    return ag_add(ctx, e, ag_embedding(ctx, m->tok_emb2, tokens)); /* ag_add passes a NULL on */
+}
+
+/* tok_emb2[x] [B,T,C] when it joins a later block (tok_emb2_layer > 0), else NULL. */
+static dt_tensor *late_embed_forward(ag_ctx *ctx, const model *m, dt_tensor *tokens) {
+    return m->tok_emb2 && m->arch.tok_emb2_layer > 0 ? ag_embedding(ctx, m->tok_emb2, tokens) : NULL;
 }
 
 /* Tokens or targets: int32 [B,T] with every id in [0, V). */
@@ -295,7 +304,7 @@ static dt_tensor *feedback_pass(ag_ctx *ctx, const model *m, dt_tensor *e, dt_te
                                 const model_feedback_run *run, int64_t k, model_primary_state *states,
                                 model_ffn_balance *balance, dt_tensor **top) {
     dt_tensor *u = top_prev ? model_feedback_fuse(ctx, m, top_prev, e, run, k) : e;
-    return head_forward(ctx, m, stack_forward(ctx, m, ROLE_PRIMARY, u, states, balance), top);
+    return head_forward(ctx, m, stack_forward(ctx, m, ROLE_PRIMARY, u, states, balance, NULL), top);
 }
 
 /* The K passes of latent feedback (SPEC §6.5) on the embeddings e [B,T,C]:
@@ -430,8 +439,9 @@ dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_te
     /* SPEC §6.6: the stack applied n_loop times with the same weights (each
      * application its own K/V), DiscoLoop between applications. */
     dt_tensor *h = primary_embed_forward(ctx, m, tokens, positions);
+    dt_tensor *late = late_embed_forward(ctx, m, tokens); /* NULL but for tok_emb2_layer > 0 (n_loop = 1 there) */
     for (int64_t k = 0; k < n_loop; k++) {
-        h = stack_forward(ctx, m, ROLE_PRIMARY, h, states, &balance);
+        h = stack_forward(ctx, m, ROLE_PRIMARY, h, states, &balance, late);
         if (k + 1 < n_loop && m->arch.disco) h = model_disco_forward(ctx, m, h, head_forward(ctx, m, h, NULL));
     }
     out->logits_primary = head_forward(ctx, m, h, NULL);
@@ -441,7 +451,7 @@ dt_status model_forward_feedback(model *m, ag_ctx *ctx, dt_tensor *tokens, dt_te
     if (has_branch) {
         dt_tensor *table = m->branch_tok_emb ? m->branch_tok_emb : m->tok_emb;
         dt_tensor *g =
-            stack_forward(ctx, m, ROLE_BRANCH, embed_forward(ctx, m, table, tokens, positions), states, NULL);
+            stack_forward(ctx, m, ROLE_BRANCH, embed_forward(ctx, m, table, tokens, positions), states, NULL, NULL);
         out->logits_branch = head_forward(ctx, m, g, NULL);
         if (!out->logits_branch) return DT_ERR;
     }

@@ -271,6 +271,12 @@ Test(decode_tf, llama_recurrent_triplu_branch) {
 Test(decode_tf, nanogpt_two_tables) { check_against_teacher_forced(NANOGPT "tok_emb_tables=2", 81); }
 Test(decode_tf, llama_two_tables) { check_against_teacher_forced(LLAMA "tok_emb_tables=2", 82); }
 Test(decode_tf, moe_two_tables) { check_against_teacher_forced(MOE "tok_emb_tables=2 top_k=2", 83); }
+/* tok_emb2_layer = 1: the row joins block 1's input (after block 0's residual, before its fused norm). */
+Test(decode_tf, two_tables_later_entry) {
+    check_against_teacher_forced(NANOGPT "tok_emb_tables=2 tok_emb2_layer=1", 84);
+    check_against_teacher_forced(LLAMA "tok_emb_tables=2 tok_emb2_layer=1", 85);
+    check_against_teacher_forced(MOE "tok_emb_tables=2 tok_emb2_layer=1 top_k=2", 86);
+}
 
 Test(decode_tf, blis_path) {
     engine_matvec = EVAL_MATVEC_BLIS;
@@ -458,6 +464,7 @@ Test(decode_traffic, counters_equal_the_cost_model) {
         MOE "alibi=1 layer_heads=2,4 top_k=2 branch=decode",
         NANOGPT "tok_emb_tables=2", /* one more embedding row per step */
         LLAMA "tok_emb_tables=2",
+        LLAMA "tok_emb_tables=2 tok_emb2_layer=1", /* the same row, read at block 1 */
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_cost_model(specs[i], 70 + i);

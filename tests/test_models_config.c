@@ -115,6 +115,7 @@ Test(config, set_parses_every_key) {
         {"attn_res_heads", "2"}, {"attn_res_blocks", "3"},  {"recurrent", "1"},       {"alibi", "1"},
         {"feedback", "1"},       {"n_loop", "2"},           {"disco", "1"},           {"disco_tau", "0.5"},
         {"disco_alpha", "0.25"}, {"disco_gate", "learned"}, {"disco_top", "64"},      {"tok_emb_tables", "2"},
+        {"tok_emb2_layer", "3"},
     };
     const int n = (int)(sizeof pairs / sizeof pairs[0]), n_options = (int)(sizeof options / sizeof options[0]);
     cr_assert_eq(n + n_options, model_config_key_count(), "the test lists every key of SPEC §4 and §6");
@@ -131,6 +132,7 @@ Test(config, set_parses_every_key) {
     cr_assert_eq(o.n_loop, 2);
     cr_assert_float_eq(o.disco_tau, 0.5, 0);
     cr_assert_eq(o.tok_emb_tables, 2);
+    cr_assert_eq(o.tok_emb2_layer, 3);
     for (int i = 0; i < n; i++) {
         cr_assert(model_config_has_key(pairs[i][0]), "%s is a key", pairs[i][0]);
         cr_assert_eq(model_config_set(&c, pairs[i][0], pairs[i][1]), DT_OK, "%s: %s", pairs[i][0], dt_error_message());

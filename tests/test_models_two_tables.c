@@ -60,6 +60,97 @@ Test(two_tables, config_rules) {
               dt_error_message());
 }
 
+/* tok_emb2_layer: the table joins a later block's input, on the plain stack of
+ * a two-table model only. */
+Test(two_tables, later_entry_rules) {
+    model_config c = small_config(FAMILY_LLAMA, 2);
+    c.n_layer = 3;
+    c.tok_emb2_layer = 2;
+    cr_assert_eq(model_config_validate(&c), DT_OK, "%s", dt_error_message());
+    model_config one = c;
+    one.tok_emb_tables = 1;
+    cr_assert_eq(model_config_validate(&one), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "tok_emb2_layer = 2 needs tok_emb_tables = 2"), "%s", dt_error_message());
+    model_config past = c;
+    past.tok_emb2_layer = 3;
+    cr_assert_eq(model_config_validate(&past), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "below n_layer = 3"), "%s", dt_error_message());
+    const char *exclusive[3][2] = {{"attn_res", "full"}, {"recurrent", "1"}, {"n_loop", "2"}};
+    for (int i = 0; i < 3; i++) {
+        model_config x = c;
+        cr_assert_eq(model_config_set(&x, exclusive[i][0], exclusive[i][1]), DT_OK, "%s", dt_error_message());
+        cr_assert_eq(model_config_validate(&x), DT_ERR, "%s", exclusive[i][0]);
+        cr_assert(strstr(dt_error_message(), "tok_emb2_layer = 2") && strstr(dt_error_message(), exclusive[i][0]), "%s",
+                  dt_error_message());
+    }
+}
+
+static float loss_of(model *m, const int32_t *tokens, const int32_t *targets, int grad);
+
+/* Records the stream entering each sublayer (probe.h) as a heap copy. */
+typedef struct {
+    float *input[8];
+    int64_t size;
+} sublayer_inputs;
+
+static void record_input(void *user, int64_t j, const dt_tensor *x) {
+    sublayer_inputs *r = user;
+    cr_assert(j < 8);
+    free(r->input[j]);
+    r->input[j] = malloc((size_t)x->size * sizeof(float));
+    memcpy(r->input[j], x->data, (size_t)x->size * sizeof(float));
+    r->size = x->size;
+}
+
+/* With tok_emb2_layer = 2 the stream into block 2 is what it would be with
+ * a zero tok_emb2 (blocks 0 and 1 never see the table) plus tok_emb2[x],
+ * bit for bit, and the blocks before it are untouched; so the table is no
+ * longer a term a single input table absorbs. Every family. */
+Test(two_tables, a_later_entry_joins_that_block_input) {
+    const model_family families[3] = {FAMILY_NANOGPT, FAMILY_LLAMA, FAMILY_MOE};
+    for (int f = 0; f < 3; f++) {
+        model_config c = small_config(families[f], 2);
+        c.n_layer = 3;
+        c.tok_emb2_layer = 2;
+        model m;
+        cr_assert_eq(model_create(&m, &c), DT_OK, "%s", dt_error_message());
+        dt_rng rng;
+        dt_rng_seed(&rng, 21 + (uint64_t)f);
+        model_init_weights(&m, &rng);
+        float *table = malloc((size_t)m.tok_emb2->size * sizeof(float));
+        dt_rng_fill_normal(&rng, table, m.tok_emb2->size, 0.5f);
+        int32_t tokens[BATCH * SEQ], targets[BATCH * SEQ];
+        for (int i = 0; i < BATCH * SEQ; i++) {
+            tokens[i] = (int32_t)dt_rng_below(&rng, (uint64_t)c.vocab_size);
+            targets[i] = (int32_t)dt_rng_below(&rng, (uint64_t)c.vocab_size);
+        }
+        sublayer_inputs zero = {0}, full = {0};
+        model_probe probe = {.user = &zero, .sublayer_input = record_input};
+        m.probe = &probe;
+        const float loss_zero = loss_of(&m, tokens, targets, 0); /* tok_emb2 starts at zero */
+        memcpy(m.tok_emb2->data, table, (size_t)m.tok_emb2->size * sizeof(float));
+        probe.user = &full;
+        const float loss_full = loss_of(&m, tokens, targets, 0);
+        m.probe = NULL;
+        cr_assert_neq(loss_zero, loss_full);
+        const int64_t C = c.d_model;
+        for (int j = 0; j < 4; j++) /* blocks 0 and 1: both sublayers' inputs unchanged */
+            cr_assert(!memcmp(zero.input[j], full.input[j], (size_t)zero.size * sizeof(float)), "sublayer %d", j);
+        for (int64_t i = 0; i < BATCH * SEQ; i++)
+            for (int64_t k = 0; k < C; k++) {
+                const float want = zero.input[4][i * C + k] + table[(int64_t)tokens[i] * C + k];
+                cr_assert_eq(full.input[4][i * C + k], want, "family %d, row %lld, %lld", f, (long long)i,
+                             (long long)k);
+            }
+        for (int j = 0; j < 8; j++) {
+            free(zero.input[j]);
+            free(full.input[j]);
+        }
+        free(table);
+        model_free(&m);
+    }
+}
+
 /* tok_emb2 is declared after tok_emb, starts at zero, and draws nothing: every
  * other tensor starts as the baseline's at the same seed, bit for bit. */
 Test(two_tables, registry_and_init_match_the_baseline) {

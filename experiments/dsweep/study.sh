@@ -33,11 +33,13 @@ dsweep_arm_sets() { # arm
     twin) echo "--set model.branch=decode" ;;
     twin-shared) echo "--set model.branch=decode --set model.branch_emb=shared" ;;
     tables2) echo "--set model.tok_emb_tables=2" ;;
+    # the second table before the middle block (the study models have 4): capacity one table lacks
+    tables2-mid) echo "--set model.tok_emb_tables=2 --set model.tok_emb2_layer=2" ;;
     base-2x) echo "" ;; # TOKEN_FACTOR=2 (the compute control)
-    *) echo "run.sh dsweep: unknown arm '$1' (base twin twin-shared tables2 base-2x)" >&2; return 1 ;;
+    *) echo "run.sh dsweep: unknown arm '$1' (base twin twin-shared tables2 tables2-mid base-2x)" >&2; return 1 ;;
     esac
 }
-DSWEEP_ARMS="base twin twin-shared tables2 base-2x"
+DSWEEP_ARMS="base twin twin-shared tables2 tables2-mid base-2x"
 
 # Non-embedding parameters of the study model as run (the config, plus the
 # model keys of --set): the primary column of dbranch info's "x n_layer" row.
