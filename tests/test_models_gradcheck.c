@@ -283,36 +283,28 @@ Test(gradcheck, moe) {
     check_gradients("moe own k_b=1", &c, OBJECTIVE_MODEL_LOSS, every_param, 12);
 }
 
-/* tok_emb_tables = 2 (the capacity control, not in the SPEC): the input
- * tok_emb[x] (+ pos_emb[t]) + tok_emb2[x], in every family (nanogpt's head
- * tied to tok_emb alone). The second call checks tok_emb2 by itself, so its
- * gradients cannot be all ~0 (check_gradients asserts that). */
+/* tok_emb_tables = 2 (the capacity control, not in the SPEC): tok_emb2[x]
+ * joins the input tok_emb[x] (+ pos_emb[t]) (layer 0) or block `layer`'s
+ * input, in every family (nanogpt's head tied to tok_emb alone). The second
+ * call checks tok_emb2 by itself, so its gradients cannot be all ~0
+ * (check_gradients asserts that). */
 static int is_tok_emb2(const model_param *p) { return !strcmp(p->name, "tok_emb2.weight"); }
-Test(gradcheck, two_token_embedding_tables) {
+static void check_two_tables(int64_t layer, uint64_t seed, const uint64_t table_seeds[3]) {
     const model_family families[3] = {FAMILY_NANOGPT, FAMILY_LLAMA, FAMILY_MOE};
-    const char *labels[3] = {"nanogpt tok_emb_tables=2", "llama tok_emb_tables=2", "moe tok_emb_tables=2"};
     for (int i = 0; i < 3; i++) {
         model_config c = tiny_config(families[i], 0);
         c.tok_emb_tables = 2;
-        cr_assert_gt(check_gradients(labels[i], &c, OBJECTIVE_MODEL_LOSS, every_param, 91 + (uint64_t)i), 0);
-        cr_assert_gt(check_gradients(labels[i], &c, OBJECTIVE_MODEL_LOSS, is_tok_emb2, 94 + (uint64_t)i), 0);
+        c.tok_emb2_layer = layer;
+        char label[64];
+        snprintf(label, sizeof label, "%s tok_emb_tables=2 tok_emb2_layer=%lld", model_family_name(families[i]),
+                 (long long)layer);
+        cr_assert_gt(check_gradients(label, &c, OBJECTIVE_MODEL_LOSS, every_param, seed + (uint64_t)i), 0);
+        cr_assert_gt(check_gradients(label, &c, OBJECTIVE_MODEL_LOSS, is_tok_emb2, table_seeds[i]), 0);
     }
 }
-
-/* tok_emb2_layer = 1: tok_emb2[x] joins block 1's input instead of the
- * embedding (every family; tok_emb2 alone checked as above). */
-Test(gradcheck, a_later_token_embedding_table) {
-    const model_family families[3] = {FAMILY_NANOGPT, FAMILY_LLAMA, FAMILY_MOE};
-    const char *labels[3] = {"nanogpt tok_emb2_layer=1", "llama tok_emb2_layer=1", "moe tok_emb2_layer=1"};
-    for (int i = 0; i < 3; i++) {
-        model_config c = tiny_config(families[i], 0);
-        c.tok_emb_tables = 2;
-        c.tok_emb2_layer = 1;
-        cr_assert_gt(check_gradients(labels[i], &c, OBJECTIVE_MODEL_LOSS, every_param, 97 + (uint64_t)i), 0);
-        /* (seed 102 for moe flipped one routing choice in 4 samples, over the 1-in-5 allowance) */
-        cr_assert_gt(check_gradients(labels[i], &c, OBJECTIVE_MODEL_LOSS, is_tok_emb2, 100 + (uint64_t)i * 7), 0);
-    }
-}
+Test(gradcheck, two_token_embedding_tables) { check_two_tables(0, 91, (const uint64_t[3]){94, 95, 96}); }
+/* (moe's table seed 102 flipped one routing choice in 4 samples, over the 1-in-5 allowance) */
+Test(gradcheck, a_later_token_embedding_table) { check_two_tables(1, 97, (const uint64_t[3]){100, 107, 114}); }
 
 /* SPEC §6.1 product FFNs (dense and MoE experts, with the branch coupled to
  * the product) and §6.2 per-layer heads. */
