@@ -101,6 +101,12 @@ dt_tensor *ag_cross_entropy(ag_ctx *ctx, dt_tensor *logits, dt_tensor *targets);
  * alpha_detach: no gradient through alpha. */
 dt_tensor *ag_mixture_nll(ag_ctx *ctx, dt_tensor *logits_p, dt_tensor *logits_q, dt_tensor *targets, float alpha_min,
                           float alpha_max, int detach_primary, int alpha_detach, dt_tensor **alpha_out);
+/* The same, also writing each row's cross-entropies -log p(y) and -log q(y)
+ * [rows] into *ce_p_out, *ce_q_out when non-NULL (constants, from the same
+ * pass over the logits: the reported per-path losses without another one). */
+dt_tensor *ag_mixture_nll_ce(ag_ctx *ctx, dt_tensor *logits_p, dt_tensor *logits_q, dt_tensor *targets, float alpha_min,
+                             float alpha_max, int detach_primary, int alpha_detach, dt_tensor **alpha_out,
+                             dt_tensor **ce_p_out, dt_tensor **ce_q_out);
 /* Switch load-balancing term: router_logits [N, E], assignment fractions f [E]
  * (constants) -> [1] = E * sum_e f_e * mean_n softmax(router_logits[n])_e */
 dt_tensor *ag_moe_balance(ag_ctx *ctx, dt_tensor *router_logits, const float *fractions);

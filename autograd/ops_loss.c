@@ -56,14 +56,25 @@ static void mixture_nll_backward(ag_ctx *ctx, ag_node *node) {
     float *d_p = detach_primary ? NULL : ag_grad(ctx, logits_p); /* [M,V] */
     float *d_q = ag_grad(ctx, logits_q);                         /* [M,V] */
     if (!d_p && !d_q) return;
-    k_mixture_backward(d_p, d_q, node->out->grad, dt_f32(logits_p), dt_f32(logits_q), dt_i32(targets),
-                       dt_rows(logits_p), dt_cols(logits_p), node->farg[0], node->farg[1], alpha_detach);
+    /* the forward's row statistics (the same bits as recomputing them) */
+    k_mixture_backward_saved(d_p, d_q, node->out->grad, dt_f32(logits_p), dt_f32(logits_q), dt_i32(targets),
+                             dt_rows(logits_p), dt_cols(logits_p), node->farg[0], node->farg[1], alpha_detach,
+                             node->saved);
 }
 
 dt_tensor *ag_mixture_nll(ag_ctx *ctx, dt_tensor *logits_p, dt_tensor *logits_q, dt_tensor *targets, float alpha_min,
                           float alpha_max, int detach_primary, int alpha_detach, dt_tensor **alpha_out) {
+    return ag_mixture_nll_ce(ctx, logits_p, logits_q, targets, alpha_min, alpha_max, detach_primary, alpha_detach,
+                             alpha_out, NULL, NULL);
+}
+
+dt_tensor *ag_mixture_nll_ce(ag_ctx *ctx, dt_tensor *logits_p, dt_tensor *logits_q, dt_tensor *targets, float alpha_min,
+                             float alpha_max, int detach_primary, int alpha_detach, dt_tensor **alpha_out,
+                             dt_tensor **ce_p_out, dt_tensor **ce_q_out) {
     static const char *op = "mixture_nll";
     if (alpha_out) *alpha_out = NULL;
+    if (ce_p_out) *ce_p_out = NULL;
+    if (ce_q_out) *ce_q_out = NULL;
     if (!logits_p || !logits_q || !targets) return NULL;
     if (!ag_check_f32(op, "logits_p", logits_p) || !ag_check_f32(op, "logits_q", logits_q)) return NULL;
     if (!dt_same_shape(logits_p, logits_q))
@@ -74,23 +85,31 @@ dt_tensor *ag_mixture_nll(ag_ctx *ctx, dt_tensor *logits_p, dt_tensor *logits_q,
         return NULL;
     }
     int64_t M = dt_rows(logits_p), V = dt_cols(logits_p);
-    dt_tensor *out = ag_tensor(ctx, DT_F32, DT_SHAPE(M));   /* nll [M] */
-    dt_tensor *alpha = ag_tensor(ctx, DT_F32, DT_SHAPE(M)); /* [M], a constant */
-    if (!out || !alpha) return NULL;
-    k_mixture_forward(dt_f32(out), dt_f32(alpha), NULL, NULL, dt_f32(logits_p), dt_f32(logits_q), dt_i32(targets), M, V,
-                      alpha_min, alpha_max);
+    dt_tensor *out = ag_tensor(ctx, DT_F32, DT_SHAPE(M));                    /* nll [M] */
+    dt_tensor *alpha = ag_tensor(ctx, DT_F32, DT_SHAPE(M));                  /* [M], a constant */
+    dt_tensor *ce_p = ce_p_out ? ag_tensor(ctx, DT_F32, DT_SHAPE(M)) : NULL; /* [M], constants */
+    dt_tensor *ce_q = ce_q_out ? ag_tensor(ctx, DT_F32, DT_SHAPE(M)) : NULL;
+    if (!out || !alpha || (ce_p_out && !ce_p) || (ce_q_out && !ce_q)) return NULL;
     /* detach_primary: logits_p is read as a constant, so only logits_q decides whether to record. */
     dt_tensor *inputs[3] = {logits_p, logits_q, targets};
     dt_tensor *grad_sources[2] = {detach_primary ? NULL : logits_p, logits_q};
-    if (ag_needs_grad(ctx, grad_sources, 2)) {
+    const int record = ag_needs_grad(ctx, grad_sources, 2);
+    void *saved = record ? ag_scratch(ctx, k_mixture_saved_bytes(M)) : NULL; /* the rows' statistics, for backward */
+    if (record && !saved) return NULL;
+    k_mixture_forward_saving(dt_f32(out), dt_f32(alpha), ce_p ? dt_f32(ce_p) : NULL, ce_q ? dt_f32(ce_q) : NULL,
+                             dt_f32(logits_p), dt_f32(logits_q), dt_i32(targets), M, V, alpha_min, alpha_max, saved);
+    if (record) {
         ag_node *node = ag_record(ctx, op, mixture_nll_backward, out, inputs, 3);
         if (!node) return NULL;
+        node->saved = saved;
         node->iarg[0] = detach_primary;
         node->iarg[1] = alpha_detach;
         node->farg[0] = alpha_min;
         node->farg[1] = alpha_max;
     }
     if (alpha_out) *alpha_out = alpha;
+    if (ce_p_out) *ce_p_out = ce_p;
+    if (ce_q_out) *ce_q_out = ce_q;
     return out;
 }
 

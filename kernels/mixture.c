@@ -174,17 +174,27 @@ void k_mixture_alpha(float *alpha, const float *logits_p, int64_t M, int64_t V, 
         k_mixture_alpha_range(alpha + m, NULL, logits_p + m * V, 1, V, alpha_min, alpha_max);
 }
 
-/* logits_p, logits_q [M,V]; targets [M]; nll, alpha, ce_p, ce_q [M] (ce_p, ce_q may be NULL) */
-void k_mixture_forward(float *nll, float *alpha, float *ce_p, float *ce_q, const float *logits_p, const float *logits_q,
-                       const int32_t *targets, int64_t M, int64_t V, float alpha_min, float alpha_max) {
+size_t k_mixture_saved_bytes(int64_t M) { return (size_t)(M > 0 ? M : 1) * sizeof(mixture_row); }
+
+/* logits_p, logits_q [M,V]; targets [M]; nll, alpha, ce_p, ce_q [M] (ce_p, ce_q may be NULL); saved [M] or NULL */
+void k_mixture_forward_saving(float *nll, float *alpha, float *ce_p, float *ce_q, const float *logits_p,
+                              const float *logits_q, const int32_t *targets, int64_t M, int64_t V, float alpha_min,
+                              float alpha_max, void *saved) {
+    mixture_row *rows = saved;
 #pragma omp parallel for schedule(static) if (M * V > PARALLEL_MIN_ELEMENTS)
     for (int64_t m = 0; m < M; m++) {
         mixture_row row = compute_mixture_row(logits_p + m * V, logits_q + m * V, targets[m], V, alpha_min, alpha_max);
+        if (rows) rows[m] = row;
         nll[m] = (float)row.nll;
         alpha[m] = (float)row.a.alpha;
         if (ce_p) ce_p[m] = (float)-row.log_p_y;
         if (ce_q) ce_q[m] = (float)-row.log_q_y;
     }
+}
+
+void k_mixture_forward(float *nll, float *alpha, float *ce_p, float *ce_q, const float *logits_p, const float *logits_q,
+                       const int32_t *targets, int64_t M, int64_t V, float alpha_min, float alpha_max) {
+    k_mixture_forward_saving(nll, alpha, ce_p, ce_q, logits_p, logits_q, targets, M, V, alpha_min, alpha_max, NULL);
 }
 
 /* d_logits_p, d_logits_q, logits_p, logits_q [M,V]; d_nll, targets [M].
@@ -195,14 +205,15 @@ void k_mixture_forward(float *nll, float *alpha, float *ce_p, float *ce_q, const
  *                         + dnll/dalpha * 2 p_j (p_j - S)         (through alpha = S)
  * with dnll/dalpha = -(p_y - q_y) / r, the second line only where the clip
  * passes gradient, alpha is not a constant (0 or 1) and alpha_detach == 0. */
-void k_mixture_backward(float *d_logits_p, float *d_logits_q, const float *d_nll, const float *logits_p,
-                        const float *logits_q, const int32_t *targets, int64_t M, int64_t V, float alpha_min,
-                        float alpha_max, int alpha_detach) {
+void k_mixture_backward_saved(float *d_logits_p, float *d_logits_q, const float *d_nll, const float *logits_p,
+                              const float *logits_q, const int32_t *targets, int64_t M, int64_t V, float alpha_min,
+                              float alpha_max, int alpha_detach, const void *saved) {
+    const mixture_row *rows = saved;
 #pragma omp parallel for schedule(static) if (M * V > PARALLEL_MIN_ELEMENTS)
     for (int64_t m = 0; m < M; m++) {
         const float *lp = logits_p + m * V, *lq = logits_q + m * V;
         int32_t y = targets[m];
-        mixture_row row = compute_mixture_row(lp, lq, y, V, alpha_min, alpha_max);
+        const mixture_row row = rows ? rows[m] : compute_mixture_row(lp, lq, y, V, alpha_min, alpha_max);
         double scale = (double)d_nll[m];
 
         double weight_p, weight_q; /* responsibilities w_p, w_q (sum to 1) */
@@ -253,4 +264,11 @@ void k_mixture_backward(float *d_logits_p, float *d_logits_q, const float *d_nll
             d_p[y] -= coef_p;
         }
     }
+}
+
+void k_mixture_backward(float *d_logits_p, float *d_logits_q, const float *d_nll, const float *logits_p,
+                        const float *logits_q, const int32_t *targets, int64_t M, int64_t V, float alpha_min,
+                        float alpha_max, int alpha_detach) {
+    k_mixture_backward_saved(d_logits_p, d_logits_q, d_nll, logits_p, logits_q, targets, M, V, alpha_min, alpha_max,
+                             alpha_detach, NULL);
 }

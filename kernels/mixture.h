@@ -10,11 +10,20 @@
 #ifndef K_MIXTURE_H
 #define K_MIXTURE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* logits_p, logits_q [M,V]; targets [M]; outputs nll, alpha, ce_p, ce_q [M] (ce_p/ce_q may be NULL). */
 void k_mixture_forward(float *nll, float *alpha, float *ce_p, float *ce_q, const float *logits_p, const float *logits_q,
                        const int32_t *targets, int64_t M, int64_t V, float alpha_min, float alpha_max);
+/* The same, also keeping each row's statistics (maxima, exponential sums,
+ * alpha's terms, the log terms) in saved, k_mixture_saved_bytes(M) bytes, so
+ * k_mixture_backward_saved need not recompute them (one pass over the
+ * logits' exponentials fewer). */
+void k_mixture_forward_saving(float *nll, float *alpha, float *ce_p, float *ce_q, const float *logits_p,
+                              const float *logits_q, const int32_t *targets, int64_t M, int64_t V, float alpha_min,
+                              float alpha_max, void *saved);
+size_t k_mixture_saved_bytes(int64_t M);
 
 /* alpha alone (logits-only forwards, decode), the same numbers as
  * k_mixture_forward's alpha. One implementation for training, evaluation and
@@ -35,5 +44,10 @@ void k_mixture_alpha(float *alpha, const float *logits_p, int64_t M, int64_t V, 
 void k_mixture_backward(float *d_logits_p, float *d_logits_q, const float *d_nll, const float *logits_p,
                         const float *logits_q, const int32_t *targets, int64_t M, int64_t V, float alpha_min,
                         float alpha_max, int alpha_detach);
+/* The same from the statistics k_mixture_forward_saving kept for these
+ * logits, targets and bounds (saved NULL: recomputed); the same bits. */
+void k_mixture_backward_saved(float *d_logits_p, float *d_logits_q, const float *d_nll, const float *logits_p,
+                              const float *logits_q, const int32_t *targets, int64_t M, int64_t V, float alpha_min,
+                              float alpha_max, int alpha_detach, const void *saved);
 
 #endif

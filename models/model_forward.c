@@ -262,9 +262,10 @@ static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets
         out->loss_reported = out->loss_primary;
         objective = out->loss_primary;
     } else {
-        dt_tensor *alpha = NULL; // [B*T]
-        dt_tensor *nll = ag_mixture_nll(ctx, out->logits_primary, out->logits_branch, targets, (float)c->mix_alpha_min,
-                                        (float)c->mix_alpha_max, c->detach_primary, c->alpha_detach, &alpha);
+        dt_tensor *alpha = NULL, *ce_p = NULL, *ce_q = NULL; // [B*T]: constants of the mixture's own pass
+        dt_tensor *nll =
+            ag_mixture_nll_ce(ctx, out->logits_primary, out->logits_branch, targets, (float)c->mix_alpha_min,
+                              (float)c->mix_alpha_max, c->detach_primary, c->alpha_detach, &alpha, &ce_p, &ce_q);
         if (!nll || !alpha) return DT_ERR;
         out->loss_reported = ag_mean(ctx, nll);
         out->alpha = ag_reshape(ctx, alpha, DT_SHAPE(targets->shape[0], targets->shape[1]));
@@ -273,14 +274,10 @@ static dt_status readout_forward(ag_ctx *ctx, const model *m, dt_tensor *targets
             out->loss_primary = ag_mean(ctx, ag_cross_entropy(ctx, out->logits_primary, targets));
             objective = ag_add(ctx, out->loss_primary, out->loss_reported);
         } else {
-            int grad_was = ag_set_grad_enabled(ctx, 0); /* reported only: no tape */
-            out->loss_primary = ag_mean(ctx, ag_cross_entropy(ctx, out->logits_primary, targets));
-            ag_set_grad_enabled(ctx, grad_was);
+            out->loss_primary = ag_mean(ctx, ce_p); /* reported only (a constant: no tape) */
             objective = out->loss_reported;
         }
-        int grad_was = ag_set_grad_enabled(ctx, 0);
-        out->loss_branch = ag_mean(ctx, ag_cross_entropy(ctx, out->logits_branch, targets));
-        ag_set_grad_enabled(ctx, grad_was);
+        out->loss_branch = ag_mean(ctx, ce_q);
     }
     if (balance->sum) {
         /* aux: mean over MoE layers (every application of each: K·L terms with

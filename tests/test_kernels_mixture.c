@@ -194,11 +194,26 @@ static void check_mixture(const mixture_case *c) {
         if (c->primary_kind == PRIMARY_ONE_HOT_HALF) cr_assert(above > 0, "case must have rows with alpha == 1");
     }
 
-    float *d_lp_before = alloc_floats(M * V);
-    for (int64_t i = 0; i < M * V; i++)
-        d_lp_before[i] = d_lp[i];
+    float *d_lp_before = alloc_floats(M * V), *d_lp_saved = alloc_floats(M * V), *d_lq_saved = alloc_floats(M * V);
+    for (int64_t i = 0; i < M * V; i++) {
+        d_lp_before[i] = d_lp_saved[i] = d_lp[i];
+        d_lq_saved[i] = d_lq[i];
+    }
     k_mixture_backward(c->detach_primary ? NULL : d_lp, d_lq, d_nll, lp, lq, targets, M, V, c->alpha_min, c->alpha_max,
                        c->alpha_detach);
+    /* From the row statistics the forward kept: the same outputs and gradients, bit for bit. */
+    void *saved = malloc(k_mixture_saved_bytes(M));
+    float *nll_saving = alloc_floats(M), *alpha_saving = alloc_floats(M);
+    k_mixture_forward_saving(nll_saving, alpha_saving, NULL, NULL, lp, lq, targets, M, V, c->alpha_min, c->alpha_max,
+                             saved);
+    k_mixture_backward_saved(c->detach_primary ? NULL : d_lp_saved, d_lq_saved, d_nll, lp, lq, targets, M, V,
+                             c->alpha_min, c->alpha_max, c->alpha_detach, saved);
+    for (int64_t m = 0; m < M; m++)
+        cr_assert(nll_saving[m] == nll[m] && alpha_saving[m] == alpha[m], "row %ld", (long)m);
+    for (int64_t i = 0; i < M * V; i++)
+        cr_assert(d_lp_saved[i] == d_lp[i] && d_lq_saved[i] == d_lq[i], "element %ld: saved statistics differ",
+                  (long)i);
+    free(saved), free(nll_saving), free(alpha_saving), free(d_lp_saved), free(d_lq_saved);
 
     /* Compare only the probed columns (NaN marks the others). */
     for (int64_t i = 0; i < M * V; i++) {

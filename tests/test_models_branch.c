@@ -213,8 +213,10 @@ Test(branch, primary_is_bitwise_the_baseline) {
         cr_assert(memcmp(a.logits_primary, b.logits_primary, (size_t)n_logits * sizeof(float)) == 0,
                   "%s: primary logits differ from the baseline's (max diff %g)", configs[i].name,
                   max_diff_positions(a.logits_primary, b.logits_primary, BATCH, SEQ, a.V, 0, SEQ));
-        cr_assert(a.loss_primary == b.loss_primary, "%s: loss_primary %.9g vs baseline %.9g", configs[i].name,
-                  a.loss_primary, b.loss_primary);
+        /* The twin reports its primary's CE from the mixture's own pass (double sums over float blocks, as
+         * eval does), the baseline from the cross-entropy op's: the same number to float rounding. */
+        cr_assert(fabs(a.loss_primary - b.loss_primary) <= 1e-6 * fabs(b.loss_primary),
+                  "%s: loss_primary %.9g vs baseline %.9g", configs[i].name, a.loss_primary, b.loss_primary);
         if (configs[i].config.family == FAMILY_MOE)
             cr_assert(a.aux == b.aux, "%s: aux %.9g vs baseline %.9g", configs[i].name, a.aux, b.aux);
         cr_assert(b.logits_branch == NULL && isnan(b.loss_branch), "%s: the baseline has no branch outputs",
