@@ -61,12 +61,39 @@ static dt_status read_defaults(const char *family, analysis_run *defaults) {
     return status;
 }
 
+/* One line naming the keys some records lack (lacking[k] runs, the first of
+ * them runs[first[k]]), up to four of them, those some runs have and others
+ * lack first: they are the ones that could have split arms. NULL when out of
+ * memory. */
+static char *defaults_note(const analysis_run *defaults, const int *lacking, const int *first, const analysis_run *runs,
+                           int n_runs, int n_lacking) {
+    size_t size = 256;
+    for (int k = 0; k < defaults->n_keys; k++)
+        if (lacking[k])
+            size += strlen(defaults->keys[k]) + strlen(defaults->values[k]) + strlen(runs[first[k]].dir) + 64;
+    char *line = malloc(size);
+    if (!line) return NULL;
+    size_t used = (size_t)snprintf(line, size,
+                                   "dbranch compare: read as the default (the behaviour before the key was added), "
+                                   "%d key%s that some records lack:",
+                                   n_lacking, n_lacking > 1 ? "s" : "");
+    int listed = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < defaults->n_keys && listed < 4; k++)
+            if (lacking[k] && (lacking[k] < n_runs) == (pass == 0))
+                used += (size_t)snprintf(line + used, size - used, "%s %s = %s (%d of %d runs, e.g. %s)",
+                                         listed++ ? "," : "", defaults->keys[k], defaults->values[k], lacking[k],
+                                         n_runs, runs[first[k]].dir);
+    if (n_lacking > listed) snprintf(line + used, size - used, " and %d more", n_lacking - listed);
+    return line;
+}
+
 /* Fills each run's record with the default of every key it lacks (a key added
- * after the run was recorded). *note: NULL, or one line naming the keys read
- * as defaults (up to four of them, those some runs have first), for stderr once the comparison is made. */
+ * after the run was recorded), at the defaults of the run's own model family
+ * (a family sets some defaults of its own). *note: NULL, or defaults_note's
+ * line, for stderr once the comparison is made. */
 static dt_status fill_defaults(analysis_run *runs, int n_runs, char **note) {
     *note = NULL;
-    /* Defaults per model family (a family sets its own defaults of some keys), read once each. */
     enum { MAX_FAMILIES = 8 };
     analysis_run family_defaults[MAX_FAMILIES];
     const char *family_names[MAX_FAMILIES];
@@ -88,6 +115,7 @@ static dt_status fill_defaults(analysis_run *runs, int n_runs, char **note) {
                 break;
             }
             if (read_defaults(family, &family_defaults[which]) != DT_OK) {
+                analysis_run_free(&family_defaults[which]);
                 status = dt_error_context("%s", runs[r].dir);
                 break;
             }
@@ -103,31 +131,9 @@ static dt_status fill_defaults(analysis_run *runs, int n_runs, char **note) {
     int n_lacking = 0;
     for (int k = 0; k < defaults.n_keys && status == DT_OK; k++)
         n_lacking += lacking[k] > 0;
-    if (status == DT_OK && n_lacking > 0) {
-        size_t size = 256;
-        for (int k = 0; k < defaults.n_keys; k++)
-            if (lacking[k]) size += strlen(defaults.keys[k]) + strlen(defaults.values[k]) + 64;
-        for (int k = 0; k < defaults.n_keys; k++)
-            if (lacking[k]) size += strlen(runs[first[k]].dir);
-        char *line = malloc(size);
-        if (!line) status = dt_errorf("compare: out of memory");
-        size_t used = 0;
-        int listed = 0;
-        if (line)
-            used += (size_t)snprintf(line, size,
-                                     "dbranch compare: read as the default (the behaviour before the key was added), "
-                                     "%d key%s that some records lack:",
-                                     n_lacking, n_lacking > 1 ? "s" : "");
-        /* The keys some runs have and others lack first: they are the ones that could have split arms. */
-        for (int pass = 0; pass < 2; pass++)
-            for (int k = 0; line && k < defaults.n_keys && listed < 4; k++)
-                if (lacking[k] && (lacking[k] < n_runs) == (pass == 0))
-                    used += (size_t)snprintf(line + used, size - used, "%s %s = %s (%d of %d runs, e.g. %s)",
-                                             listed++ ? "," : "", defaults.keys[k], defaults.values[k], lacking[k],
-                                             n_runs, runs[first[k]].dir);
-        if (line && n_lacking > listed) snprintf(line + used, size - used, " and %d more", n_lacking - listed);
-        *note = line;
-    }
+    if (status == DT_OK && n_lacking > 0 &&
+        !(*note = defaults_note(&defaults, lacking, first, runs, n_runs, n_lacking)))
+        status = dt_errorf("compare: out of memory");
     free(lacking);
     free(first);
     analysis_run_free(&defaults);
