@@ -95,9 +95,22 @@ analysis_paired analysis_paired_t(const double *diff, int n, double level) {
     return r;
 }
 
+/* The half width with n pairs at sd: t(0.5 + level / 2, n - 1) sd / sqrt(n). */
+static double halfwidth_of(int n, double sd, double level) {
+    return analysis_student_t_quantile(0.5 + level / 2, n - 1) * sd / sqrt((double)n);
+}
+
 int analysis_pairs_for_halfwidth(double sd, double halfwidth, double level, int max_pairs) {
     if (!(sd >= 0) || !(halfwidth > 0) || !(level > 0 && level < 1)) return -1;
-    for (int n = 2; n <= max_pairs; n++)
-        if (analysis_student_t_quantile(0.5 + level / 2, n - 1) * sd / sqrt((double)n) <= halfwidth) return n;
-    return max_pairs + 1;
+    if (max_pairs < 2 || halfwidth_of(max_pairs, sd, level) > halfwidth) return max_pairs + 1;
+    /* The half width falls as n grows (both t and 1/sqrt(n) do): bisect for the first n that reaches it. */
+    int low = 1, high = max_pairs; /* halfwidth_of(high) <= halfwidth; low is below any answer */
+    while (high - low > 1) {
+        const int mid = low + (high - low) / 2;
+        if (halfwidth_of(mid, sd, level) <= halfwidth)
+            high = mid;
+        else
+            low = mid;
+    }
+    return high;
 }
