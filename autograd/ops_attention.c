@@ -64,7 +64,7 @@ static void attention_backward(ag_ctx *ctx, ag_node *node) {
     const float *slopes = node->iarg[2] ? lse + B * H * T : NULL; /* [H] */
     int64_t scratch_floats = k_attention_backward_scratch(B, T, H, Hkv, head_dim);
     float *scratch = ag_scratch(ctx, (size_t)(scratch_floats > 0 ? scratch_floats : 1) * sizeof(float));
-    if (!scratch) return;             /* out of memory: the arena recorded why; gradients stay partial */
+    if (!scratch) return;             /* out of memory: the arena said why, and ag_backward fails */
     if (q == k || q == v || k == v) { /* one tensor in two roles: its gradient takes both sums */
         k_attention_backward_biased(ag_grad(ctx, q), 1, ag_grad(ctx, k), 1, ag_grad(ctx, v), 1, out->grad, dt_f32(q),
                                     dt_f32(k), dt_f32(v), dt_f32(out), lse, B, T, H, Hkv, head_dim, slopes, scratch);

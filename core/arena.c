@@ -31,7 +31,7 @@ void dt_arena_free(dt_arena *arena) {
 
 void *dt_arena_alloc(dt_arena *arena, size_t bytes) {
     size_t need = round_up(bytes ? bytes : 1, DT_ARENA_ALIGN);
-    if (arena->limit && need > arena->limit - (arena->total_used < arena->limit ? arena->total_used : arena->limit)) {
+    if (arena->limit && (need > arena->limit || arena->total_used > arena->limit - need)) { /* no size_t overflow */
         dt_errorf("arena: out of memory: %zu bytes past the arena's limit of %zu", need, arena->limit);
         return NULL;
     }
