@@ -14,6 +14,7 @@
 #include "kernels/gemm_bf16.h"
 #include "kernels/type_traits.h"
 #include "support/gradcheck.h"
+#include "support/onednn_bf16.h"
 
 static ag_ctx ctx;
 
@@ -225,6 +226,7 @@ Test(bf16_ops, a_weights_bf16_copy_gives_the_same_bits) {
 
 /* The oneDNN engine computes the same rounded products (its own float32 sum order). */
 Test(bf16_ops, onednn_engine_agrees_with_widen) {
+    test_require_onednn_bf16();
     dt_tensor *x = param(41, DT_SHAPE(M, K)), *W = param(42, DT_SHAPE(N, K)), *b = param(43, DT_SHAPE(N));
     ctx.bf16_products = 1;
     dt_tensor *widened = ag_linear_gelu(&ctx, x, W, b);

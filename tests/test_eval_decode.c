@@ -98,11 +98,22 @@ static void check_against_teacher_forced(const char *spec, uint64_t seed) {
                               eval_decode_mode_name(mode), (long long)P, (long long)t, err, tol_q);
                     cr_expect(fabs(runs[i].alpha[t] - tf.alpha[t]) <= 1e-4, "%s: alpha %g vs %g at t=%lld", spec,
                               runs[i].alpha[t], tf.alpha[t], (long long)t);
-                    double mix_err = 0.0;
-                    for (int64_t v = 0; v < V; v++)
-                        mix_err = fmax(mix_err, fabs(runs[i].mixture[t * V + v] - tf.mixture[t * V + v]));
-                    cr_expect(mix_err <= 1e-5, "%s: %s mixture off by %g at t=%lld", spec, eval_decode_mode_name(mode),
-                              mix_err, (long long)t);
+                    /* Logits off by e move log-softmax by at most 2e, so each
+                     * path's probability by a factor within 2e of 1, and the
+                     * mixture a p + (1 - a) q by at most 2 max(e) of itself
+                     * plus |da| |p - q|: the bound follows from the logits'
+                     * own tolerance (the GEMM's summation order, which BLIS
+                     * picks per CPU, moves them), per entry. */
+                    const double d_alpha = fabs(runs[i].alpha[t] - tf.alpha[t]);
+                    double worst = 0.0, at_entry = 0.0;
+                    for (int64_t v = 0; v < V; v++) {
+                        double want = tf.mixture[t * V + v];
+                        double bound = 2.0 * fmax(tol_p, tol_q) * want + d_alpha + 1e-7;
+                        double ratio = fabs(runs[i].mixture[t * V + v] - want) / bound;
+                        if (ratio > worst) worst = ratio, at_entry = want;
+                    }
+                    cr_expect(worst <= 1.0, "%s: %s mixture off by %.3g of its bound at t=%lld (entry %g)", spec,
+                              eval_decode_mode_name(mode), worst, (long long)t, at_entry);
                 } else {
                     cr_expect_eq(runs[i].alpha[t], 1.0f);
                 }

@@ -21,6 +21,7 @@
 #include "data/tokens.h"
 #include "kernels/gemm_bf16.h"
 #include "models/model_io.h"
+#include "support/onednn_bf16.h"
 #include "support/scratch.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -412,6 +413,7 @@ Test(train_loop, resume_is_bit_exact_bf16_widen, .init = setup, .fini = teardown
 
 Test(train_loop, resume_is_bit_exact_bf16_onednn, .init = setup, .fini = teardown, .timeout = 120) {
     bf16_model = 1;
+    test_require_onednn_bf16();
     cr_assert_eq(k_bf16_gemm_force(K_BF16_GEMM_ONEDNN), DT_OK, "%s", dt_error_message());
     check_resume_is_exact(0, OPTIM_MUON, 2, 1);
 }
