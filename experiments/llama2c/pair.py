@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """One (round, shape) pair of experiments/llama2c/run.sh: llama2.c's run.c,
-then `dbranch bench decode`, back to back on the same shape, REPS times
-alternately (default 1); prints one TSV row per repetition (columns below;
-round ROUND.REP when REPS > 1). Kept apart from run.sh so it can be wrapped as one
+then `dbranch bench decode` once per weight format of WEIGHTS (fp32, bf16:
+`--weights`), back to back on the same shape, REPS times alternately
+(default 1); prints one TSV row per repetition and weight format (columns
+below, each row with the same llama2.c run; round ROUND.REP when REPS > 1). Kept apart from run.sh so it can be wrapped as one
 command (e.g. by a script that pauses background jobs while it runs).
 
 Each run's "other load" is the CPU time the rest of the machine used during
@@ -13,10 +14,12 @@ with other load are flagged and run.sh also gives medians over quiet rows.
 Before the pair it waits (up to quiet_wait seconds) for one second with less
 than 0.15 cores busy.
 
-Usage: pair.py WORK DBRANCH ROOT SHAPE ROUND STEPS THREADS PROMPT QUIET_WAIT [REPS]
-  WORK holds run (the llama2.c binary) and SHAPE/{model,tokenizer}.bin.
+Usage: pair.py WORK DBRANCH ROOT SHAPE ROUND STEPS THREADS PROMPT QUIET_WAIT [REPS [WEIGHTS]]
+  WORK holds run (the llama2.c binary) and SHAPE/{model,tokenizer}.bin;
+  WEIGHTS is a comma list of fp32 and bf16 (default fp32).
 Row: shape round llama2c_tok/s ours_mean_tok/s ours_median_step_tok/s
-     probe_best_GB/s bytes_per_token steps threads llama2c_other_load ours_other_load"""
+     probe_best_GB/s bytes_per_token steps threads llama2c_other_load ours_other_load
+     ours_weights (rows without it, from before the column, are fp32)"""
 
 import json
 import os
@@ -58,30 +61,36 @@ def wait_for_quiet(seconds):
             return
 
 
-def one_pair(work, dbranch, root, shape, rnd, steps, threads, prompt):
+def one_pair(work, dbranch, root, shape, rnd, steps, threads, prompt, weights_list):
     _, err, l2c_load = run([f"{work}/run", f"{work}/{shape}/model.bin", "-z", f"{work}/{shape}/tokenizer.bin",
                             "-t", "0", "-n", str(steps), "-i", prompt], threads)
     l2c = [line.split(":", 1)[1].strip() for line in err.splitlines() if line.startswith("achieved tok/s:")]
     if not l2c:
         sys.exit(f"pair.py: llama2.c printed no 'achieved tok/s' ({shape}): {err.strip()[-300:]}")
-    out, _, ours_load = run([dbranch, "bench", "decode", "--config",
-                             f"{root}/experiments/configs/llama2c_{shape}.ini", "--threads", threads,
-                             "--prompt-len", "1", "--tokens", str(steps - 1), "--probe-every", "0", "--json"],
-                            threads)
-    r = json.loads(out)
-    m = r["modes"][0]
-    print("\t".join([shape, rnd, f"{float(l2c[0]):.3f}", f"{m['decode_tokens_per_s_mean']:.3f}",
-                     f"{m['decode_tokens_per_s']:.3f}", f"{r['probe']['best_gbps']:.3f}",
-                     f"{m['bytes_per_token']:.0f}", str(steps), threads, f"{l2c_load:.2f}", f"{ours_load:.2f}"]),
-          flush=True)
+    for weights in weights_list:
+        out, _, ours_load = run([dbranch, "bench", "decode", "--config",
+                                 f"{root}/experiments/configs/llama2c_{shape}.ini", "--threads", threads,
+                                 "--prompt-len", "1", "--tokens", str(steps - 1), "--probe-every", "0",
+                                 "--weights", weights, "--json"], threads)
+        r = json.loads(out)
+        m = r["modes"][0]
+        print("\t".join([shape, rnd, f"{float(l2c[0]):.3f}", f"{m['decode_tokens_per_s_mean']:.3f}",
+                         f"{m['decode_tokens_per_s']:.3f}", f"{r['probe']['best_gbps']:.3f}",
+                         f"{m['bytes_per_token']:.0f}", str(steps), threads, f"{l2c_load:.2f}", f"{ours_load:.2f}",
+                         weights]), flush=True)
 
 
 def main():
     work, dbranch, root, shape, rnd, steps, threads, prompt, quiet_wait = sys.argv[1:10]
     reps = int(sys.argv[10]) if len(sys.argv) > 10 else 1
+    weights_list = sys.argv[11].split(",") if len(sys.argv) > 11 else ["fp32"]
+    for w in weights_list:
+        if w not in ("fp32", "bf16"):
+            sys.exit(f"pair.py: weights '{w}' must be fp32 or bf16")
     wait_for_quiet(float(quiet_wait))
     for rep in range(1, reps + 1):
-        one_pair(work, dbranch, root, shape, f"{rnd}.{rep}" if reps > 1 else rnd, int(steps), threads, prompt)
+        one_pair(work, dbranch, root, shape, f"{rnd}.{rep}" if reps > 1 else rnd, int(steps), threads, prompt,
+                 weights_list)
     return 0
 
 

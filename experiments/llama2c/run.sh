@@ -23,7 +23,7 @@
 #
 # Usage: experiments/llama2c/run.sh --llama2c DIR [--rounds N] [--steps S] [--threads K]
 #            [--shapes "15m 110m"] [--dbranch BIN | --build-dir DIR] [--wrap CMD]
-#            [--tsv FILE] [--quiet-wait SECONDS] [--reps R] [--summary-only]
+#            [--tsv FILE] [--quiet-wait SECONDS] [--reps R] [--weights fp32,bf16] [--summary-only]
 #   --wrap CMD     prefix for each (round, shape) pair, e.g. a script that pauses
 #                  background jobs while its arguments run
 #   --tsv FILE     append the rows to FILE (kept across calls); the table and
@@ -33,6 +33,10 @@
 #                  second with less than 0.15 cores of other load.
 #   --reps R       run each pair R times in a row (llama2.c, ours, llama2.c,
 #                  ...), one row each (round N.1 .. N.R); default 1.
+#   --weights LIST ours in each weight format of LIST (fp32, bf16: `bench decode
+#                  --weights`), one row each after the same llama2.c run;
+#                  default fp32. bf16 rows add ours bf16 / fp32 and bf16 /
+#                  llama2.c to the summary (issue 12's decode targets).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -48,6 +52,7 @@ WRAP=""
 TSV=""
 QUIET_WAIT=60
 REPS=1
+WEIGHTS=fp32
 SUMMARY_ONLY=0
 PROMPT="Once upon a time"
 while [ $# -gt 0 ]; do
@@ -63,8 +68,9 @@ while [ $# -gt 0 ]; do
     --tsv) TSV="$2"; shift 2 ;;
     --quiet-wait) QUIET_WAIT="$2"; shift 2 ;;
     --reps) REPS="$2"; shift 2 ;;
+    --weights) WEIGHTS="$2"; shift 2 ;;
     --summary-only) SUMMARY_ONLY=1; shift ;;
-    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -105,10 +111,10 @@ for call_round in $(seq 1 "$ROUNDS"); do
         echo "== round $call_round/$ROUNDS ($shape round $round): llama2.c then dbranch" >&2
         # $WRAP unquoted on purpose: empty, or a command (with arguments) to run the pair under
         row=$($WRAP "$PYTHON" "$HERE/pair.py" "$WORK" "$DBRANCH" "$ROOT" "$shape" "$round" "$STEPS" "$THREADS" \
-            "$PROMPT" "$QUIET_WAIT" "$REPS")
+            "$PROMPT" "$QUIET_WAIT" "$REPS" "$WEIGHTS")
         printf '%s\n' "$row" >>"$TSV"
-        printf '%s\n' "$row" | awk -F'\t' '{printf "   llama2.c %.2f tok/s, ours %.2f tok/s (ratio %.3f), " \
-            "probe %.1f GB/s; other load %.2f / %.2f cores\n", $3, $4, $4 / $3, $6, $10, $11}' >&2
+        printf '%s\n' "$row" | awk -F'\t' '{printf "   llama2.c %.2f tok/s, ours %s %.2f tok/s (ratio %.3f), " \
+            "probe %.1f GB/s; other load %.2f / %.2f cores\n", $3, $12, $4, $4 / $3, $6, $10, $11}' >&2
     done
 done
 echo
