@@ -14,6 +14,10 @@
  * M=2 12.0. The two-row form is issue-bound before it is memory-bound on one
  * core, so it gets every trick; the one-row form does not need them.
  *
+ * The AVX2 level does not interleave rows: it streams one row at a time
+ * (block_dot_avx2's comment). The AVX-512 level keeps the eight-row blocks
+ * measured above.
+ *
  * Three instruction-set levels (kernels/isa.h), picked per block at run
  * time, each a block_dot_<level> instantiated for the constant block shapes
  * and both weight types. Within a level the float32 and bfloat16 forms run
@@ -124,55 +128,63 @@ static inline __attribute__((always_inline)) TARGET_AVX2 float sum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* The four float32 vectors of elements k .. k+31 of a weight row. */
+static inline __attribute__((always_inline)) TARGET_AVX2 void load32(__m256 wv[4], const char *wr, int64_t k,
+                                                                     int bf16) {
+    if (bf16) { /* packed block of 32 (matvec.h): 0-7 and 16-23 in a, 8-15 and 24-31 in b */
+        const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(wr + k * 2));
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(wr + k * 2) + 1);
+        wv[0] = _mm256_castsi256_ps(_mm256_slli_epi32(a, 16));
+        wv[1] = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
+        wv[2] = _mm256_castsi256_ps(_mm256_and_si256(a, high));
+        wv[3] = _mm256_castsi256_ps(_mm256_and_si256(b, high));
+    } else {
+        for (int u = 0; u < 4; u++)
+            wv[u] = _mm256_loadu_ps((const float *)wr + k + 8 * u);
+    }
+}
+
+/* One weight row at a time, four accumulators per input row (elements k +
+ * 8u .. k + 8u + 7 of each 32 into accumulator u): each row is one
+ * sequential stream. On an AVX2-only Zen 3 the AVX-512 form's eight-row
+ * interleave (eight streams 3-8 KB apart) ran M = 2 at 0.55-0.65x the M = 1
+ * rate and bf16 weights at 1.15x float32. This form runs them at 0.8-0.9x and
+ * 1.5-1.8x, and the float32 M = 1 product 3-8% slower (docs/DECISIONS.md,
+ * "Decode matvec on AVX2"). Each (row, input row) sum runs the same FMAs in
+ * the same order whatever n_x is, so grouped and baseline decode agree bit
+ * for bit. */
+// out[m*ldo + r] = dot(w row r [K], x row m [K]), r < n_w, m < n_x
 static inline __attribute__((always_inline)) TARGET_AVX2 void
 block_dot_avx2(float *out, int64_t ldo, const float *x, const void *w, int64_t K, int n_w, int n_x, int bf16) {
     const int64_t es = bf16 ? 2 : 4;
-    __m256 acc[ROWS_PER_BLOCK][2];
-    for (int r = 0; r < n_w; r++)
+    for (int r = 0; r < n_w; r++) {
+        const char *wr = (const char *)w + r * K * es;
+        __m256 acc[2][4];
         for (int m = 0; m < n_x; m++)
-            acc[r][m] = _mm256_setzero_ps();
-    int64_t k = 0;
-    /* bf16 packed blocks of 32: the first 16 stored hold elements 0-7 (low
-     * halves) and 16-23 (high), the next 16 elements 8-15 and 24-31; applied
-     * in the order 0-7, 8-15, 16-23, 24-31 as the float32 loop below does */
-    for (; bf16 && k + 32 <= K; k += 32) {
-        __m256 xv[2][4];
-        for (int m = 0; m < n_x; m++)
-            for (int q = 0; q < 4; q++)
-                xv[m][q] = _mm256_loadu_ps(x + m * K + k + 8 * q);
-        for (int r = 0; r < n_w; r++) {
-            const uint16_t *wr = (const uint16_t *)((const char *)w + r * K * es) + k;
-            if (n_x == 2) _mm_prefetch((const char *)wr + PREFETCH_AHEAD_BYTES, _MM_HINT_T0);
-            const __m256i a = _mm256_loadu_si256((const __m256i *)wr), b = _mm256_loadu_si256((const __m256i *)wr + 1);
-            const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
-            const __m256 wv[4] = {
-                _mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(b, 16)),
-                _mm256_castsi256_ps(_mm256_and_si256(a, high)), _mm256_castsi256_ps(_mm256_and_si256(b, high))};
+            for (int u = 0; u < 4; u++)
+                acc[m][u] = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + 32 <= K; k += 32) {
+            __m256 wv[4];
+            load32(wv, wr, k, bf16);
             for (int m = 0; m < n_x; m++)
-                for (int q = 0; q < 4; q++)
-                    acc[r][m] = _mm256_fmadd_ps(wv[q], xv[m][q], acc[r][m]);
+                for (int u = 0; u < 4; u++)
+                    acc[m][u] = _mm256_fmadd_ps(wv[u], _mm256_loadu_ps(x + m * K + k + 8 * u), acc[m][u]);
         }
-    }
-    for (; k + 8 <= K; k += 8) {
-        __m256 xv[2];
-        for (int m = 0; m < n_x; m++)
-            xv[m] = _mm256_loadu_ps(x + m * K + k);
-        for (int r = 0; r < n_w; r++) {
-            const char *wr = (const char *)w + r * K * es;
-            if (n_x == 2) _mm_prefetch(wr + k * es + PREFETCH_AHEAD_BYTES, _MM_HINT_T0);
-            __m256 wv = load8(wr, k, bf16);
-            if (n_x == 2) __asm__("" : "+x"(wv)); /* one load for both rows (see the AVX-512 form) */
+        for (; k + 8 <= K; k += 8) { /* past the last whole 32: plain (unpacked) elements */
+            const __m256 wv = load8(wr, k, bf16);
             for (int m = 0; m < n_x; m++)
-                acc[r][m] = _mm256_fmadd_ps(wv, xv[m], acc[r][m]);
+                acc[m][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * K + k), acc[m][0]);
         }
-    }
-    for (int r = 0; r < n_w; r++)
         for (int m = 0; m < n_x; m++) {
-            float sum = sum8(acc[r][m]);
+            const __m256 *a = acc[m];
+            float sum = sum8(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
             for (int64_t t = k; t < K; t++) /* fmaf: one rounding, whatever the compiler would contract */
-                sum = fmaf(weight_at((const char *)w + r * K * es, t, K, bf16), x[m * K + t], sum);
+                sum = fmaf(weight_at(wr, t, K, bf16), x[m * K + t], sum);
             out[m * ldo + r] = sum;
         }
+    }
 }
 
 DEFINE_JOB_BLOCK(job_block_avx2, TARGET_AVX2, block_dot_avx2)

@@ -158,7 +158,10 @@ SCALE=$(exp_scale_name "$(exp_budget "${budget_args[@]}")")
 row() {
     local name=$1 ref=$2 config=$3 corpus=$4
     shift 4
-    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$ref" "$config" "$corpus" "$*" >>"$OUT/$CURRENT/rows.tsv"
+    # Once per name: two invocations side by side (different --seeds) both
+    # list every row, and the tables must show each row once.
+    awk -F'\t' -v n="$name" '$1 == n { found = 1 } END { exit !found }' "$OUT/$CURRENT/rows.tsv" 2>/dev/null ||
+        printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$ref" "$config" "$corpus" "$*" >>"$OUT/$CURRENT/rows.tsv"
     [ -z "$ROWS" ] || [[ " $ROWS " == *" $name "* ]] || return 0
     local seed
     for seed in $SEEDS; do
