@@ -191,7 +191,8 @@ static int check_gradients(const char *label, const model_config *config, object
      * gradient that is zero (a key bias: softmax ignores a constant shift)
      * measures exactly this, and how many ulps it lands on depends on the
      * GEMM's summation order, which BLIS picks per CPU (zen3 differs from
-     * skx). The two finest quotients differ by up to 2/(eps/2) + 2/(eps/4). */
+     * skx). The two finest quotients differ by up to 2 ulp / (eps/2) + 2 ulp
+     * / (eps/4) = 12 ulp / eps. */
     const float loss_f = fabsf((float)objective0);
     const double loss_ulp = (double)(nextafterf(loss_f, INFINITY) - loss_f);
     const double noise = fmax(floor_noise, 8.0 * loss_ulp / eps);
