@@ -150,7 +150,7 @@ static inline __attribute__((always_inline)) TARGET_AVX2 void load32(__m256 wv[4
  * sequential stream. On an AVX2-only Zen 3 the AVX-512 form's eight-row
  * interleave (eight streams 3-8 KB apart) ran M = 2 at 0.55-0.65x the M = 1
  * rate and bf16 weights at 1.15x float32. This form runs them at 0.8-0.9x and
- * 1.5-1.8x, and the float32 M = 1 product 3-8% slower (docs/DECISIONS.md,
+ * 1.5-1.8x, and the float32 M = 1 product 0-8% slower (docs/DECISIONS.md,
  * "Decode matvec on AVX2"). Each (row, input row) sum runs the same FMAs in
  * the same order whatever n_x is, so grouped and baseline decode agree bit
  * for bit. */
