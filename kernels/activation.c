@@ -3,7 +3,8 @@
  *
  * Every loop here vectorises: the exponentials come from kernels/vec_math.h
  * (no libm calls), and GELU's tanh is rewritten as a sigmoid (one exp); the
- * fused bias + GELU pair has explicit AVX-512 code (see gelu_gate16). */
+ * fused bias + GELU pair has explicit AVX-512 code (see gelu_gate16) and
+ * AVX2 code (gelu_gate8) for CPUs without AVX-512. */
 #include "kernels/activation.h"
 
 #include "kernels/parallel.h"
@@ -80,6 +81,67 @@ static inline __m512 gelu_slope16(__m512 x, __m512 s) {
 static inline __mmask16 tail_mask(int64_t j, int64_t N) {
     return N - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (N - j)) - 1u);
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define GELU_AVX2 1
+/* The same kernels in 8 lanes for AVX2-only CPUs (AMD Zen 3 and older): the
+ * portable loops below do not vectorise (k_exp's clamp branches), and on
+ * such a CPU the fused GELU was 15% of a char step (experiments/throughput/
+ * RESULTS.md). The exp is exp16's; the sigmoid divides (the reciprocal
+ * estimate plus one Newton step does not give 1 exactly for 1, so gelu(30)
+ * would not be 30). */
+static inline __m256 exp8(__m256 x) {
+    /* clamp to [-87, 88]; max/min return their second operand for a NaN lane, so NaN stays NaN */
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256 shifted = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+    const __m256 n = _mm256_sub_ps(shifted, magic);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i bits = _mm256_slli_epi32(_mm256_castps_si256(_mm256_add_ps(shifted, _mm256_set1_ps(127.0f))), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+/* gelu_gate on 8 lanes: 1 / (1 + e^(-2u)) */
+static inline __m256 gelu_gate8(__m256 x) {
+    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    const __m256 two_u =
+        _mm256_mul_ps(_mm256_set1_ps(2.0f * GELU_SQRT_2_OVER_PI), _mm256_fmadd_ps(_mm256_set1_ps(GELU_CUBIC), x3, x));
+    const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), two_u)));
+    return _mm256_div_ps(_mm256_set1_ps(1.0f), d);
+}
+
+/* gelu_slope on 8 lanes. */
+static inline __m256 gelu_slope8(__m256 x, __m256 s) {
+    const __m256 du_dx =
+        _mm256_mul_ps(_mm256_set1_ps(GELU_SQRT_2_OVER_PI),
+                      _mm256_fmadd_ps(_mm256_set1_ps(3.0f * GELU_CUBIC), _mm256_mul_ps(x, x), _mm256_set1_ps(1.0f)));
+    const __m256 spread =
+        _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), x), s), _mm256_sub_ps(_mm256_set1_ps(1.0f), s));
+    return _mm256_fmadd_ps(spread, du_dx, s);
+}
+
+/* The lanes [j, N) of a row as a maskload/maskstore mask (all 8 when j + 8 <= N). */
+static inline __m256i tail_mask8(int64_t j, int64_t N) {
+    const int64_t left = N - j >= 8 ? 8 : N - j;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* dy * slope rounded on its own: the barrier keeps GCC (gnu11 contracts)
+ * from fusing it into a later add, so the two backward kernels agree bit
+ * for bit. */
+static inline __m256 rounded_product8(__m256 a, __m256 b) {
+    __m256 g = _mm256_mul_ps(a, b);
+    __asm__("" : "+x"(g));
+    return g;
+}
 #endif
 
 /* in, out [n]; out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -120,6 +182,16 @@ void k_bias_gelu_forward_range(float *out, float *pre, const float *bias, int64_
             }
             _mm512_mask_storeu_ps(y + j, lanes, _mm512_mul_ps(x, gelu_gate16(x)));
         }
+#elif defined(GELU_AVX2)
+        for (int64_t j = 0; j < N; j += 8) {
+            const __m256i lanes = tail_mask8(j, N);
+            __m256 x = _mm256_maskload_ps(p + j, lanes);
+            if (bias) {
+                x = _mm256_add_ps(x, _mm256_maskload_ps(bias + j, lanes));
+                _mm256_maskstore_ps(p + j, lanes, x);
+            }
+            _mm256_maskstore_ps(y + j, lanes, _mm256_mul_ps(x, gelu_gate8(x)));
+        }
 #else
 #pragma omp simd
         for (int64_t j = 0; j < N; j++) {
@@ -153,6 +225,17 @@ void k_bias_gelu_couple_forward_range(float *out, float *pre, const float *bias,
             const __m512 term =
                 _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, z + j), _mm512_maskz_loadu_ps(lanes, couple + j));
             _mm512_mask_storeu_ps(y + j, lanes, _mm512_add_ps(_mm512_mul_ps(x, gelu_gate16(x)), term));
+        }
+#elif defined(GELU_AVX2)
+        for (int64_t j = 0; j < N; j += 8) {
+            const __m256i lanes = tail_mask8(j, N);
+            __m256 x = _mm256_maskload_ps(p + j, lanes);
+            if (bias) {
+                x = _mm256_add_ps(x, _mm256_maskload_ps(bias + j, lanes));
+                _mm256_maskstore_ps(p + j, lanes, x);
+            }
+            const __m256 term = _mm256_mul_ps(_mm256_maskload_ps(z + j, lanes), _mm256_maskload_ps(couple + j, lanes));
+            _mm256_maskstore_ps(y + j, lanes, _mm256_add_ps(_mm256_mul_ps(x, gelu_gate8(x)), term));
         }
 #else
 #pragma omp simd
@@ -198,6 +281,16 @@ void k_bias_gelu_backward(float *d_pre, int accumulate, float *d_bias, const flo
                 _mm512_storeu_ps(column_sum + j,
                                  _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
             }
+#elif defined(GELU_AVX2)
+            for (int64_t j = 0; j < width; j += 8) {
+                const __m256i lanes = tail_mask8(j, width);
+                const __m256 xv = _mm256_maskload_ps(x + j, lanes), s = gelu_gate8(xv);
+                const __m256 g = rounded_product8(_mm256_maskload_ps(dy + j, lanes), gelu_slope8(xv, s));
+                const __m256 previous = accumulate ? _mm256_maskload_ps(dx + j, lanes) : _mm256_setzero_ps();
+                _mm256_maskstore_ps(dx + j, lanes, _mm256_add_ps(previous, g));
+                _mm256_storeu_ps(column_sum + j,
+                                 _mm256_add_ps(_mm256_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
+            }
 #else
 #pragma omp simd
             for (int64_t j = 0; j < width; j++) {
@@ -240,6 +333,17 @@ void k_gelu_recompute_backward(float *hidden, float *d_pre, float *d_bias, const
                 _mm512_mask_storeu_ps(dx + j, lanes, _mm512_add_ps(_mm512_setzero_ps(), g));
                 _mm512_storeu_ps(column_sum + j,
                                  _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
+            }
+#elif defined(GELU_AVX2)
+            for (int64_t j = 0; j < width; j += 8) {
+                const __m256i lanes = tail_mask8(j, width);
+                const __m256 xv = _mm256_maskload_ps(x + j, lanes), s = gelu_gate8(xv);
+                _mm256_maskstore_ps(y + j, lanes, _mm256_mul_ps(xv, s));
+                const __m256 g = rounded_product8(_mm256_maskload_ps(dy + j, lanes), gelu_slope8(xv, s));
+                /* 0 + g, as k_bias_gelu_backward writes it (a -0 gradient comes out +0 there too) */
+                _mm256_maskstore_ps(dx + j, lanes, _mm256_add_ps(_mm256_setzero_ps(), g));
+                _mm256_storeu_ps(column_sum + j,
+                                 _mm256_add_ps(_mm256_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
             }
 #else
 #pragma omp simd
