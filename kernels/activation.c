@@ -40,18 +40,18 @@ static inline float gelu_slope(float x, float s) {
  * auto-vectorised loop at ~0.7 ns per element. */
 static inline __m512 exp16(__m512 x) {
     /* clamp to [-87, 88]; max/min return their second operand for a NaN lane, so NaN stays NaN */
-    x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    const __m512 shifted = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+    x = _mm512_min_ps(_mm512_set1_ps(K_EXP_MAX), _mm512_max_ps(_mm512_set1_ps(K_EXP_MIN), x));
+    const __m512 magic = _mm512_set1_ps(K_EXP_SHIFTER);
+    const __m512 shifted = _mm512_fmadd_ps(x, _mm512_set1_ps(K_EXP_LOG2E), magic);
     const __m512 n = _mm512_sub_ps(shifted, magic);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(K_EXP_LN2_HI), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(K_EXP_LN2_FIX), r);
+    __m512 p = _mm512_set1_ps(K_EXP_P6);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(K_EXP_P5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(K_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(K_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(K_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(K_EXP_P1));
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     const __m512i bits = _mm512_slli_epi32(_mm512_castps_si512(_mm512_add_ps(shifted, _mm512_set1_ps(127.0f))), 23);
     return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
@@ -84,26 +84,26 @@ static inline __mmask16 tail_mask(int64_t j, int64_t N) {
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define GELU_AVX2 1
-/* The same kernels in 8 lanes for AVX2-only CPUs (AMD Zen 3 and older): the
- * portable loops below do not vectorise (k_exp's clamp branches), and on
- * such a CPU the fused GELU was 15% of a char step (experiments/throughput/
- * RESULTS.md). The exp is exp16's; the sigmoid divides (the reciprocal
- * estimate plus one Newton step does not give 1 exactly for 1, so gelu(30)
- * would not be 30). */
+/* The same kernels in 8 lanes for AVX2-only CPUs (AMD Zen 3 and older): GCC
+ * compiled the portable loops below to scalar code there (vdivss in the
+ * profile), and the fused GELU was 15% of a char step (experiments/
+ * throughput/RESULTS.md). The exp is exp16's; the sigmoid divides (the
+ * reciprocal estimate plus one Newton step does not give 1 exactly for 1,
+ * so gelu(30) would not be 30). */
 static inline __m256 exp8(__m256 x) {
     /* clamp to [-87, 88]; max/min return their second operand for a NaN lane, so NaN stays NaN */
-    x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
-    const __m256 magic = _mm256_set1_ps(12582912.0f);
-    const __m256 shifted = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+    x = _mm256_min_ps(_mm256_set1_ps(K_EXP_MAX), _mm256_max_ps(_mm256_set1_ps(K_EXP_MIN), x));
+    const __m256 magic = _mm256_set1_ps(K_EXP_SHIFTER);
+    const __m256 shifted = _mm256_fmadd_ps(x, _mm256_set1_ps(K_EXP_LOG2E), magic);
     const __m256 n = _mm256_sub_ps(shifted, magic);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(K_EXP_LN2_HI), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(K_EXP_LN2_FIX), r);
+    __m256 p = _mm256_set1_ps(K_EXP_P6);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(K_EXP_P5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(K_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(K_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(K_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(K_EXP_P1));
     p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     const __m256i bits = _mm256_slli_epi32(_mm256_castps_si256(_mm256_add_ps(shifted, _mm256_set1_ps(127.0f))), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));

@@ -18,24 +18,38 @@
 #include <stdint.h>
 #include <string.h>
 
+/* k_exp's constants, shared with the explicit vector forms in activation.c
+ * (exp16, exp8) so the three stay one function. */
+#define K_EXP_MIN     (-87.0f)
+#define K_EXP_MAX     88.0f
+#define K_EXP_SHIFTER 12582912.0f          /* 1.5 * 2^23 */
+#define K_EXP_LOG2E   1.44269504088896341f /* 1 / ln 2 */
+#define K_EXP_LN2_HI  0.693359375f         /* ln 2 = K_EXP_LN2_HI - K_EXP_LN2_FIX */
+#define K_EXP_LN2_FIX 2.12194440e-4f
+#define K_EXP_P6      1.9875691500e-4f /* the polynomial, highest degree first */
+#define K_EXP_P5      1.3981999507e-3f
+#define K_EXP_P4      8.3334519073e-3f
+#define K_EXP_P3      4.1665795894e-2f
+#define K_EXP_P2      1.6666665459e-1f
+#define K_EXP_P1      5.0000001201e-1f
+
 static inline float k_exp(float x) {
     /* clamp: 2^n must stay a normal float */
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
+    x = x < K_EXP_MIN ? K_EXP_MIN : x;
+    x = x > K_EXP_MAX ? K_EXP_MAX : x;
     /* n = round(x / ln 2) by the 1.5 * 2^23 trick: after the add, the low
      * mantissa bits of `shifted` hold n (valid for |n| < 2^22) */
-    const float magic = 12582912.0f;
-    const float shifted = x * 1.44269504088896341f + magic;
-    const float n = shifted - magic;
+    const float shifted = x * K_EXP_LOG2E + K_EXP_SHIFTER;
+    const float n = shifted - K_EXP_SHIFTER;
     /* r = x - n ln2, ln2 split in two so n * ln2_hi is exact */
-    float r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
+    float r = x - n * K_EXP_LN2_HI;
+    r = r + n * K_EXP_LN2_FIX;
+    float p = K_EXP_P6;
+    p = p * r + K_EXP_P5;
+    p = p * r + K_EXP_P4;
+    p = p * r + K_EXP_P3;
+    p = p * r + K_EXP_P2;
+    p = p * r + K_EXP_P1;
     p = p * r * r + r + 1.0f;
     /* 2^n: n + 127 sits in the low mantissa bits of shifted + 127; shifting
      * them into the exponent field drops the rest (no float-to-int conversion) */
