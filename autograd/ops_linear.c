@@ -22,38 +22,73 @@
 /* C [M,N] = A [M,K] · op(W) + beta C; op(W) is W^T (W [N,K], trans_w) or W (W [K,N]).
  * A bf16 product can fail (out of memory for its operand scratch): then the
  * tape's backward_failed is set too, so ag_backward reports it. */
-static dt_status times_weight(ag_ctx *ctx, int trans_w, int64_t M, int64_t N, int64_t K, const float *A,
-                              const dt_tensor *W, float beta, float *C) {
+static dt_status times_weight_rounded(ag_ctx *ctx, int trans_w, int64_t M, int64_t N, int64_t K, const float *A,
+                                      const uint16_t *A_bf16, const dt_tensor *W, float beta, float *C) {
     const int64_t ldw = dt_cols(W);
     if (!ctx->bf16_products) {
         k_gemm(0, trans_w, M, N, K, 1.0f, A, K, dt_f32(W), ldw, beta, C, N);
         return DT_OK;
     }
-    if (k_gemm_bf16(0, trans_w, M, N, K, 1.0f, A, NULL, K, dt_f32(W), W->bf16, ldw, beta, C, N) == DT_OK) return DT_OK;
+    if (k_gemm_bf16(0, trans_w, M, N, K, 1.0f, A, A_bf16, K, dt_f32(W), W->bf16, ldw, beta, C, N) == DT_OK)
+        return DT_OK;
     ctx->backward_failed = 1;
     return DT_ERR;
 }
 
-/* out [M,N] = in [M,K] · weight [N,K]^T + bias [N] (bias may be NULL) */
-static dt_status linear_forward(ag_ctx *ctx, float *out, const float *in, const dt_tensor *weight,
-                                const dt_tensor *bias, int64_t M, int64_t K, int64_t N) {
+/* The same, A rounded by the product itself. */
+static dt_status times_weight(ag_ctx *ctx, int trans_w, int64_t M, int64_t N, int64_t K, const float *A,
+                              const dt_tensor *W, float beta, float *C) {
+    return times_weight_rounded(ctx, trans_w, M, N, K, A, NULL, W, beta, C);
+}
+
+/* x [n] rounded to bfloat16 once, into tape scratch, for an operand that
+ * feeds two bf16 products (a gradient d_y: d_x = d_y W and d_W = d_y^T x).
+ * Rounding is deterministic, so both products read the bits they would have
+ * rounded themselves; what is saved is a second conversion pass over x (in
+ * a bf16 char step conversions were 16-18% of the time, and each layer's
+ * d_y's were 3,456 of the 12,288 columns of M rows rounded twice). NULL when
+ * the tape runs float32 products, or when scratch
+ * runs out (then each product rounds x itself, the arena having recorded
+ * why). Hand the copy back with ag_temp_release. */
+static uint16_t *rounded_once(ag_ctx *ctx, const float *x, int64_t n) {
+    if (!ctx->bf16_products || n <= 0) return NULL;
+    float *room = ag_temp(ctx, (n + 1) / 2); /* 2 bytes per element */
+    if (!room) return NULL;
+    uint16_t *copy = (uint16_t *)(void *)room;
+    k_bf16_round(copy, x, n);
+    return copy;
+}
+
+/* out [M,N] = in [M,K] · weight [N,K]^T + bias [N] (bias may be NULL); under
+ * bf16 products `in` may come as its bf16 copy only (in = NULL, in_bf16). */
+static dt_status linear_forward_rounded(ag_ctx *ctx, float *out, const float *in, const uint16_t *in_bf16,
+                                        const dt_tensor *weight, const dt_tensor *bias, int64_t M, int64_t K,
+                                        int64_t N) {
     if (!ctx->bf16_products) {
         k_linear_forward(out, in, dt_f32(weight), bias ? dt_f32(bias) : NULL, M, K, N);
         return DT_OK;
     }
     if (bias) k_broadcast_rows(out, dt_f32(bias), M, N);
-    return times_weight(ctx, 1, M, N, K, in, weight, bias ? 1.0f : 0.0f, out);
+    return times_weight_rounded(ctx, 1, M, N, K, in, in_bf16, weight, bias ? 1.0f : 0.0f, out);
 }
 
-/* d_weight [N,K] += d_out [M,N]^T · in [M,K]; d_bias [N] += column sums of d_out (NULLs skipped) */
-static void weight_gradients(ag_ctx *ctx, float *d_weight, float *d_bias, const float *d_out, const float *in,
+static dt_status linear_forward(ag_ctx *ctx, float *out, const float *in, const dt_tensor *weight,
+                                const dt_tensor *bias, int64_t M, int64_t K, int64_t N) {
+    return linear_forward_rounded(ctx, out, in, NULL, weight, bias, M, K, N);
+}
+
+/* d_weight [N,K] += d_out [M,N]^T · in [M,K]; d_bias [N] += column sums of d_out (NULLs skipped).
+ * d_out_bf16, in_bf16: bf16 copies (bf16 products only), or NULL; with a copy
+ * the float32 operand may be NULL, except d_out when d_bias is wanted. */
+static void weight_gradients(ag_ctx *ctx, float *d_weight, float *d_bias, const float *d_out,
+                             const uint16_t *d_out_bf16, const float *in, const uint16_t *in_bf16,
                              const dt_tensor *weight, int64_t M, int64_t K, int64_t N) {
     if (!ctx->bf16_products) {
         k_linear_backward(NULL, d_weight, d_bias, d_out, in, dt_f32(weight), M, K, N);
         return;
     }
     if (M <= 0 || N <= 0) return;
-    if (d_weight && k_gemm_bf16(1, 0, N, K, M, 1.0f, d_out, NULL, N, in, NULL, K, 1.0f, d_weight, K) != DT_OK)
+    if (d_weight && k_gemm_bf16(1, 0, N, K, M, 1.0f, d_out, d_out_bf16, N, in, in_bf16, K, 1.0f, d_weight, K) != DT_OK)
         ctx->backward_failed = 1;
     if (d_bias) k_sum_rows(d_bias, d_out, M, N);
 }
@@ -80,13 +115,25 @@ static int check_linear(const char *op, const dt_tensor *x, const dt_tensor *wei
 }
 
 /* The three gradients of y = x W^T + b given d_y [M,N]: d_x (written or
- * added, see above), d_W [N,K] and d_b [N] added. */
-static void linear_gradients(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const float *d_y) {
+ * added, see above), d_W [N,K] and d_b [N] added. Under bf16 products d_y
+ * may come as its bf16 copy (d_y_bf16; then d_y may be NULL when there is no
+ * bias); without one, d_y is rounded once for both products. */
+static void linear_gradients_rounded(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const float *d_y,
+                                     const uint16_t *d_y_bf16) {
     const int64_t M = dt_rows(x), K = dt_cols(x), N = weight->shape[0];
     int accumulate;
-    float *d_x = ag_grad_for_write(ctx, x, &accumulate);                                      // [M,K]
-    if (d_x) (void)times_weight(ctx, 0, M, K, N, d_y, weight, accumulate ? 1.0f : 0.0f, d_x); /* failure: flagged */
-    weight_gradients(ctx, ag_grad(ctx, weight), ag_grad(ctx, bias), d_y, dt_f32(x), weight, M, K, N);
+    float *d_x = ag_grad_for_write(ctx, x, &accumulate); // [M,K]
+    float *d_weight = ag_grad(ctx, weight);              // [N,K]
+    uint16_t *rounded = !d_y_bf16 && d_x && d_weight ? rounded_once(ctx, d_y, M * N) : NULL;
+    if (rounded) d_y_bf16 = rounded;
+    if (d_x) /* a failure is flagged for ag_backward */
+        (void)times_weight_rounded(ctx, 0, M, K, N, d_y, d_y_bf16, weight, accumulate ? 1.0f : 0.0f, d_x);
+    weight_gradients(ctx, d_weight, ag_grad(ctx, bias), d_y, d_y_bf16, dt_f32(x), NULL, weight, M, K, N);
+    ag_temp_release(ctx, (float *)(void *)rounded);
+}
+
+static void linear_gradients(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const float *d_y) {
+    linear_gradients_rounded(ctx, x, weight, bias, d_y, NULL);
 }
 
 /* ---- linear: in x [M,K], weight [N,K], bias [N] or NULL; out [M,N] ---- */
@@ -179,6 +226,33 @@ dt_tensor *ag_linear_residual(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt
 
 /* ---- mlp_gelu: out [M,C] = residual + gelu(x fc^T + b_fc) proj^T + b_proj; saved: pre [M,F] ---- */
 
+/* mlp_gelu's backward under bf16 products: the same steps, but the GELU
+ * output and d_pre are produced in bf16 (k_gelu_recompute_backward_bf16),
+ * since bf16 products are all that read them, and d_out is rounded once for
+ * its two products. The residual's gradient is done by the caller. */
+static void mlp_gelu_backward_bf16(ag_ctx *ctx, ag_node *node) {
+    dt_tensor *x = node->in[1], *fc = node->in[2], *fc_bias = node->in[3];
+    dt_tensor *proj = node->in[4], *proj_bias = node->in[5];
+    dt_tensor *pre = node->saved; /* [M,F] */
+    const int64_t M = dt_rows(pre), F = dt_cols(pre), C = proj->shape[0];
+    const float *d_out = node->out->grad;                                      /* [M,C] */
+    float *d_hidden = ag_temp(ctx, M * F);                                     /* [M,F] d_out proj */
+    uint16_t *hidden_bf16 = (uint16_t *)(void *)ag_temp(ctx, (M * F + 1) / 2); /* [M,F] gelu(pre), bf16 */
+    uint16_t *d_pre_bf16 = (uint16_t *)(void *)ag_temp(ctx, (M * F + 1) / 2);  /* [M,F] d_pre, bf16 */
+    if (!d_hidden || !hidden_bf16 || !d_pre_bf16) return;   /* out of memory: the arena recorded why */
+    uint16_t *d_out_bf16 = rounded_once(ctx, d_out, M * C); /* read by d_hidden's product and proj's d_W */
+    if (times_weight_rounded(ctx, 0, M, F, C, d_out, d_out_bf16, proj, 0.0f, d_hidden) != DT_OK)
+        return; /* flagged for ag_backward */
+    k_gelu_recompute_backward_bf16(hidden_bf16, d_pre_bf16, ag_grad(ctx, fc_bias), d_hidden, dt_f32(pre), M, F);
+    ag_temp_release(ctx, d_hidden);
+    weight_gradients(ctx, ag_grad(ctx, proj), ag_grad(ctx, proj_bias), d_out, d_out_bf16, NULL, hidden_bf16, proj, M, F,
+                     C);
+    ag_temp_release(ctx, (float *)(void *)d_out_bf16);
+    ag_temp_release(ctx, (float *)(void *)hidden_bf16);
+    linear_gradients_rounded(ctx, x, fc, NULL, NULL, d_pre_bf16); /* d_x, d_W_fc */
+    ag_temp_release(ctx, (float *)(void *)d_pre_bf16);
+}
+
 static void mlp_gelu_backward(ag_ctx *ctx, ag_node *node) {
     dt_tensor *residual = node->in[0], *x = node->in[1], *fc = node->in[2], *fc_bias = node->in[3];
     dt_tensor *proj = node->in[4], *proj_bias = node->in[5];
@@ -193,6 +267,10 @@ static void mlp_gelu_backward(ag_ctx *ctx, ag_node *node) {
         else
             k_scale(d_residual, d_out, 1.0f, residual->size); /* a copy */
     }
+    if (ctx->bf16_products) {
+        mlp_gelu_backward_bf16(ctx, node);
+        return;
+    }
     float *hidden = ag_temp(ctx, M * F);   /* [M,F] gelu(pre), the forward's GELU output recomputed */
     float *d_hidden = ag_temp(ctx, M * F); /* [M,F] d_out proj, then d_pre in place */
     if (!hidden || !d_hidden) return;      /* out of memory: the arena recorded why */
@@ -200,7 +278,7 @@ static void mlp_gelu_backward(ag_ctx *ctx, ag_node *node) {
     /* one sweep over pre: the GELU output and d_pre from the same gates, d_b_fc += column sums */
     k_gelu_recompute_backward(hidden, d_hidden, ag_grad(ctx, fc_bias), d_hidden, dt_f32(pre), M, F);
     /* proj: d_W += d_out^T hidden, d_b += column sums of d_out */
-    weight_gradients(ctx, ag_grad(ctx, proj), ag_grad(ctx, proj_bias), d_out, hidden, proj, M, F, C);
+    weight_gradients(ctx, ag_grad(ctx, proj), ag_grad(ctx, proj_bias), d_out, NULL, hidden, NULL, proj, M, F, C);
     ag_temp_release(ctx, hidden);
     linear_gradients(ctx, x, fc, NULL, d_hidden); /* d_x, d_W_fc */
     ag_temp_release(ctx, d_hidden);
@@ -223,12 +301,22 @@ dt_tensor *ag_mlp_gelu(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor
     dt_tensor *pre = ag_tensor_like_rows(ctx, x, F); /* [..., F] kept for the backward */
     dt_tensor *out = ag_tensor_like(ctx, residual);  /* [..., C_out] */
     if (!pre || !out) return NULL;
-    float *hidden = ag_temp(ctx, M * F); /* [M,F] gelu output, only while the forward runs */
+    /* [M,F] gelu output, only while the forward runs; under bf16 products
+     * only its bf16 copy exists (the one operand that reads it is bf16) */
+    const int bf16 = ctx->bf16_products;
+    float *hidden = ag_temp(ctx, bf16 ? (M * F + 1) / 2 : M * F);
     if (!hidden) return NULL;
+    uint16_t *hidden_bf16 = bf16 ? (uint16_t *)(void *)hidden : NULL;
     /* The arithmetic of ag_linear_gelu then ag_linear_residual, in that order. */
     if (times_weight(ctx, 1, M, F, C, dt_f32(x), fc, 0.0f, dt_f32(pre)) != DT_OK) return NULL;
-    k_bias_gelu_forward(hidden, dt_f32(pre), fc_bias ? dt_f32(fc_bias) : NULL, M, F);
-    if (linear_forward(ctx, dt_f32(out), hidden, proj, proj_bias, M, F, C_out) != DT_OK) return NULL;
+    const float *fc_bias_data = fc_bias ? dt_f32(fc_bias) : NULL;
+    if (bf16)
+        k_bias_gelu_forward_bf16(hidden_bf16, dt_f32(pre), fc_bias_data, M, F);
+    else
+        k_bias_gelu_forward(hidden, dt_f32(pre), fc_bias_data, M, F);
+    if (linear_forward_rounded(ctx, dt_f32(out), bf16 ? NULL : hidden, hidden_bf16, proj, proj_bias, M, F, C_out) !=
+        DT_OK)
+        return NULL;
     k_accumulate(dt_f32(out), dt_f32(residual), M * C_out);
     ag_temp_release(ctx, hidden);
     dt_tensor *inputs[6] = {residual, x, fc, fc_bias, proj, proj_bias};

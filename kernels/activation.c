@@ -7,7 +7,10 @@
  * AVX2 code (gelu_gate8) for CPUs without AVX-512. */
 #include "kernels/activation.h"
 
+#include <string.h>
+
 #include "kernels/parallel.h"
+#include "kernels/type_traits.h"
 #include "kernels/vec_math.h"
 
 /* Below this many elements a parallel region costs more than it saves. */
@@ -208,6 +211,27 @@ void k_bias_gelu_forward(float *out, float *pre, const float *bias, int64_t M, i
                  k_bias_gelu_forward_range(out + i0 * N, pre + i0 * N, bias, i1 - i0, N));
 }
 
+/* Columns per piece of the bf16-output forms: their float32 results pass
+ * through a stack buffer this wide (L1-resident) on the way to bf16. */
+#define BF16_PIECE 256
+
+/* pre [rows,N], out [rows,N] bf16; bias [N] or NULL */
+void k_bias_gelu_forward_bf16_range(uint16_t *out, float *pre, const float *bias, int64_t rows, int64_t N) {
+    float piece[BF16_PIECE];
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j0 = 0; j0 < N; j0 += BF16_PIECE) {
+            const int64_t width = N - j0 < BF16_PIECE ? N - j0 : BF16_PIECE;
+            /* pointwise, so a piece of a row is the whole-row arithmetic */
+            k_bias_gelu_forward_range(piece, pre + i * N + j0, bias ? bias + j0 : NULL, 1, width);
+            k_bf16_round_range(out + i * N + j0, piece, width);
+        }
+}
+
+void k_bias_gelu_forward_bf16(uint16_t *out, float *pre, const float *bias, int64_t M, int64_t N) {
+    K_FOR_SHARES(M, M * N > PARALLEL_MIN_ELEMENTS,
+                 k_bias_gelu_forward_bf16_range(out + i0 * N, pre + i0 * N, bias, i1 - i0, N));
+}
+
 /* pre, out, coupled [rows,N]; bias, couple [N] (bias may be NULL) */
 void k_bias_gelu_couple_forward_range(float *out, float *pre, const float *bias, const float *coupled,
                                       const float *couple, int64_t rows, int64_t N) {
@@ -258,108 +282,173 @@ void k_bias_gelu_couple_forward(float *out, float *pre, const float *bias, const
 /* Columns per block of k_bias_gelu_backward's column-parallel pass. */
 #define COLUMN_BLOCK 64
 
+/* One row of k_bias_gelu_backward over width columns: g = dy ⊙ gelu'(x),
+ * dx = g or dx += g (accumulate), column_sum [width] += g. */
+static inline void gelu_backward_row(float *dx, int accumulate, float *column_sum, const float *x, const float *dy,
+                                     int64_t width) {
+#if defined(__AVX512F__)
+    for (int64_t j = 0; j < width; j += 16) {
+        const __mmask16 lanes = tail_mask(j, width);
+        const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + j), s = gelu_gate16(xv);
+        /* du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2); gelu' = s + 2 x s (1 - s) du/dx */
+        const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, dy + j), gelu_slope16(xv, s));
+        const __m512 previous = accumulate ? _mm512_maskz_loadu_ps(lanes, dx + j) : _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(dx + j, lanes, _mm512_add_ps(previous, g));
+        _mm512_storeu_ps(column_sum + j, _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
+    }
+#elif defined(GELU_AVX2)
+    for (int64_t j = 0; j < width; j += 8) {
+        const __m256i lanes = tail_mask8(j, width);
+        const __m256 xv = _mm256_maskload_ps(x + j, lanes), s = gelu_gate8(xv);
+        const __m256 g = rounded_product8(_mm256_maskload_ps(dy + j, lanes), gelu_slope8(xv, s));
+        const __m256 previous = accumulate ? _mm256_maskload_ps(dx + j, lanes) : _mm256_setzero_ps();
+        _mm256_maskstore_ps(dx + j, lanes, _mm256_add_ps(previous, g));
+        _mm256_storeu_ps(column_sum + j, _mm256_add_ps(_mm256_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
+    }
+#else
+#pragma omp simd
+    for (int64_t j = 0; j < width; j++) {
+        const float s = gelu_gate(x[j]);
+        const float g = dy[j] * gelu_slope(x[j], s);
+        dx[j] = accumulate ? dx[j] + g : g;
+        column_sum[j] += g;
+    }
+#endif
+}
+
+/* One row piece of the recomputing backward: y [width] =
+ * gelu(x), dx [width] = dy ⊙ gelu'(x), column_sum [width] += dx. */
+static inline void gelu_recompute_row(float *y, float *dx, float *column_sum, const float *x, const float *dy,
+                                      int64_t width) {
+#if defined(__AVX512F__)
+    for (int64_t j = 0; j < width; j += 16) {
+        const __mmask16 lanes = tail_mask(j, width);
+        const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + j), s = gelu_gate16(xv);
+        _mm512_mask_storeu_ps(y + j, lanes, _mm512_mul_ps(xv, s));
+        /* a masked product, which GCC does not contract into the FMAs below: g is rounded on
+         * its own, as in k_bias_gelu_backward, so d_pre and d_bias match it bit for bit */
+        const __m512 g = _mm512_maskz_mul_ps(lanes, _mm512_maskz_loadu_ps(lanes, dy + j), gelu_slope16(xv, s));
+        /* 0 + g, as k_bias_gelu_backward writes it (a -0 gradient comes out +0 there too) */
+        _mm512_mask_storeu_ps(dx + j, lanes, _mm512_add_ps(_mm512_setzero_ps(), g));
+        _mm512_storeu_ps(column_sum + j, _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
+    }
+#elif defined(GELU_AVX2)
+    for (int64_t j = 0; j < width; j += 8) {
+        const __m256i lanes = tail_mask8(j, width);
+        const __m256 xv = _mm256_maskload_ps(x + j, lanes), s = gelu_gate8(xv);
+        _mm256_maskstore_ps(y + j, lanes, _mm256_mul_ps(xv, s));
+        const __m256 g = rounded_product8(_mm256_maskload_ps(dy + j, lanes), gelu_slope8(xv, s));
+        /* 0 + g, as k_bias_gelu_backward writes it (a -0 gradient comes out +0 there too) */
+        _mm256_maskstore_ps(dx + j, lanes, _mm256_add_ps(_mm256_setzero_ps(), g));
+        _mm256_storeu_ps(column_sum + j, _mm256_add_ps(_mm256_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
+    }
+#else
+#pragma omp simd
+    for (int64_t j = 0; j < width; j++) {
+        const float s = gelu_gate(x[j]);
+        const float g = dy[j] * gelu_slope(x[j], s);
+        y[j] = x[j] * s;
+        dx[j] = g;
+        column_sum[j] += g;
+    }
+#endif
+}
+
+/* Columns whose running sums one pass of the backward kernels keeps on the
+ * stack (32 KB); wider matrices take several passes over the rows. */
+#define SUM_GROUP 8192
+
+/* What a GELU backward kernel computes per row piece (see gelu_backward_columns). */
+typedef struct gelu_backward_job {
+    int recompute;                      /* 0: k_bias_gelu_backward; 1: also the GELU output */
+    int accumulate;                     /* k_bias_gelu_backward: d_pre += g */
+    float *d_pre, *hidden;              /* float32 outputs, or */
+    uint16_t *d_pre_bf16, *hidden_bf16; /* bf16 outputs (recompute only) */
+    const float *d_out, *pre;           /* d_out: d_hidden when recomputing */
+} gelu_backward_job;
+
+static inline void gelu_backward_piece(const gelu_backward_job *job, float *sums, int64_t at, int64_t width) {
+    const float *x = job->pre + at, *dy = job->d_out + at;
+    if (!job->recompute)
+        gelu_backward_row(job->d_pre + at, job->accumulate, sums, x, dy, width);
+    else if (job->hidden_bf16) {
+        float y_piece[COLUMN_BLOCK], dx_piece[COLUMN_BLOCK];
+        gelu_recompute_row(y_piece, dx_piece, sums, x, dy, width);
+        k_bf16_round_range(job->hidden_bf16 + at, y_piece, width);
+        k_bf16_round_range(job->d_pre_bf16 + at, dx_piece, width);
+    } else
+        gelu_recompute_row(job->hidden + at, job->d_pre + at, sums, x, dy, width);
+}
+
+/* The single-threaded core shared by the GELU backward kernels, on columns
+ * [c0, c1) of [M,N]: it walks them row by row (the pieces of one row are
+ * contiguous), keeping one running sum per column. Every column's sum adds
+ * its rows in order from 0 and is added to d_bias once, whatever the column
+ * range or pass width: the same bits as summing each column block on its
+ * own, so the wrappers' thread shares (whole column blocks) change nothing.
+ * Walking one 64-column block down all rows before the next, as before, read
+ * 256 bytes per row with a row's stride between them: a bf16 char step
+ * profiled that at 2.2 ns per element, most of it waiting on memory. */
+static void gelu_backward_columns(const gelu_backward_job *job, float *d_bias, int64_t M, int64_t N, int64_t c0,
+                                  int64_t c1) {
+    float column_sum[SUM_GROUP];
+    for (int64_t g0 = c0; g0 < c1; g0 += SUM_GROUP) {
+        const int64_t g1 = c1 - g0 < SUM_GROUP ? c1 : g0 + SUM_GROUP;
+        memset(column_sum, 0, (size_t)(g1 - g0) * sizeof(float));
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j0 = g0; j0 < g1; j0 += COLUMN_BLOCK) {
+                const int64_t width = g1 - j0 < COLUMN_BLOCK ? g1 - j0 : COLUMN_BLOCK;
+                gelu_backward_piece(job, column_sum + (j0 - g0), i * N + j0, width);
+            }
+        if (d_bias)
+            for (int64_t j = g0; j < g1; j++)
+                d_bias[j] += column_sum[j - g0];
+    }
+}
+
+/* Threads take contiguous shares of whole column blocks. */
+static void gelu_backward_run(const gelu_backward_job *job, float *d_bias, int64_t M, int64_t N) {
+    const int64_t n_blocks = (N + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+    K_FOR_SHARES(
+        n_blocks, M * N > PARALLEL_MIN_ELEMENTS,
+        gelu_backward_columns(job, d_bias, M, N, i0 * COLUMN_BLOCK, i1 * COLUMN_BLOCK < N ? i1 * COLUMN_BLOCK : N));
+}
+
 /* d_pre, d_out, pre [M,N]; d_bias [N] or NULL (formula as k_gelu_backward).
  * d_pre may be d_out (each element is read before it is written). */
 void k_bias_gelu_backward(float *d_pre, int accumulate, float *d_bias, const float *d_out, const float *pre, int64_t M,
                           int64_t N) {
-    const int64_t n_blocks = (N + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
-#pragma omp parallel for schedule(static) if (M * N > PARALLEL_MIN_ELEMENTS)
-    for (int64_t block = 0; block < n_blocks; block++) {
-        const int64_t j0 = block * COLUMN_BLOCK, width = N - j0 < COLUMN_BLOCK ? N - j0 : COLUMN_BLOCK;
-        float column_sum[COLUMN_BLOCK] = {0};
-        for (int64_t i = 0; i < M; i++) {
-            const float *x = pre + i * N + j0, *dy = d_out + i * N + j0;
-            float *dx = d_pre + i * N + j0;
-#if defined(__AVX512F__)
-            for (int64_t j = 0; j < width; j += 16) {
-                const __mmask16 lanes = tail_mask(j, width);
-                const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + j), s = gelu_gate16(xv);
-                /* du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2); gelu' = s + 2 x s (1 - s) du/dx */
-                const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, dy + j), gelu_slope16(xv, s));
-                const __m512 previous = accumulate ? _mm512_maskz_loadu_ps(lanes, dx + j) : _mm512_setzero_ps();
-                _mm512_mask_storeu_ps(dx + j, lanes, _mm512_add_ps(previous, g));
-                _mm512_storeu_ps(column_sum + j,
-                                 _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
-            }
-#elif defined(GELU_AVX2)
-            for (int64_t j = 0; j < width; j += 8) {
-                const __m256i lanes = tail_mask8(j, width);
-                const __m256 xv = _mm256_maskload_ps(x + j, lanes), s = gelu_gate8(xv);
-                const __m256 g = rounded_product8(_mm256_maskload_ps(dy + j, lanes), gelu_slope8(xv, s));
-                const __m256 previous = accumulate ? _mm256_maskload_ps(dx + j, lanes) : _mm256_setzero_ps();
-                _mm256_maskstore_ps(dx + j, lanes, _mm256_add_ps(previous, g));
-                _mm256_storeu_ps(column_sum + j,
-                                 _mm256_add_ps(_mm256_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
-            }
-#else
-#pragma omp simd
-            for (int64_t j = 0; j < width; j++) {
-                const float s = gelu_gate(x[j]);
-                const float g = dy[j] * gelu_slope(x[j], s);
-                dx[j] = accumulate ? dx[j] + g : g;
-                column_sum[j] += g;
-            }
-#endif
-        }
-        if (d_bias)
-            for (int64_t j = 0; j < width; j++)
-                d_bias[j0 + j] += column_sum[j];
-    }
+    const gelu_backward_job job = {.accumulate = accumulate, .d_pre = d_pre, .d_out = d_out, .pre = pre};
+    gelu_backward_run(&job, d_bias, M, N);
 }
 
-/* hidden, d_pre, d_hidden, pre [M,N]; d_bias [N] or NULL. The column blocks
- * and row order of k_bias_gelu_backward (so d_bias sums alike), with the GELU
+/* k_bias_gelu_backward's traversal (so d_bias sums alike), with the GELU
  * output stored from the same gate: ag_mlp_gelu's backward reads pre once
- * and computes each gate once instead of twice. */
+ * and computes each gate once instead of twice. Outputs in float32 (hidden,
+ * d_pre) or bf16 (hidden_bf16, d_pre_bf16: each row piece goes through a
+ * stack buffer and is rounded there). */
+static void gelu_recompute_backward(float *hidden, float *d_pre, uint16_t *hidden_bf16, uint16_t *d_pre_bf16,
+                                    float *d_bias, const float *d_hidden, const float *pre, int64_t M, int64_t N) {
+    const gelu_backward_job job = {.recompute = 1,
+                                   .d_pre = d_pre,
+                                   .hidden = hidden,
+                                   .d_pre_bf16 = d_pre_bf16,
+                                   .hidden_bf16 = hidden_bf16,
+                                   .d_out = d_hidden,
+                                   .pre = pre};
+    gelu_backward_run(&job, d_bias, M, N);
+}
+
+/* hidden, d_pre, d_hidden, pre [M,N]; d_bias [N] or NULL */
 void k_gelu_recompute_backward(float *hidden, float *d_pre, float *d_bias, const float *d_hidden, const float *pre,
                                int64_t M, int64_t N) {
-    const int64_t n_blocks = (N + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
-#pragma omp parallel for schedule(static) if (M * N > PARALLEL_MIN_ELEMENTS)
-    for (int64_t block = 0; block < n_blocks; block++) {
-        const int64_t j0 = block * COLUMN_BLOCK, width = N - j0 < COLUMN_BLOCK ? N - j0 : COLUMN_BLOCK;
-        float column_sum[COLUMN_BLOCK] = {0};
-        for (int64_t i = 0; i < M; i++) {
-            const float *x = pre + i * N + j0, *dy = d_hidden + i * N + j0;
-            float *dx = d_pre + i * N + j0, *y = hidden + i * N + j0;
-#if defined(__AVX512F__)
-            for (int64_t j = 0; j < width; j += 16) {
-                const __mmask16 lanes = tail_mask(j, width);
-                const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + j), s = gelu_gate16(xv);
-                _mm512_mask_storeu_ps(y + j, lanes, _mm512_mul_ps(xv, s));
-                /* a masked product, which GCC does not contract into the FMAs below: g is rounded on
-                 * its own, as in k_bias_gelu_backward, so d_pre and d_bias match it bit for bit */
-                const __m512 g = _mm512_maskz_mul_ps(lanes, _mm512_maskz_loadu_ps(lanes, dy + j), gelu_slope16(xv, s));
-                /* 0 + g, as k_bias_gelu_backward writes it (a -0 gradient comes out +0 there too) */
-                _mm512_mask_storeu_ps(dx + j, lanes, _mm512_add_ps(_mm512_setzero_ps(), g));
-                _mm512_storeu_ps(column_sum + j,
-                                 _mm512_add_ps(_mm512_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
-            }
-#elif defined(GELU_AVX2)
-            for (int64_t j = 0; j < width; j += 8) {
-                const __m256i lanes = tail_mask8(j, width);
-                const __m256 xv = _mm256_maskload_ps(x + j, lanes), s = gelu_gate8(xv);
-                _mm256_maskstore_ps(y + j, lanes, _mm256_mul_ps(xv, s));
-                const __m256 g = rounded_product8(_mm256_maskload_ps(dy + j, lanes), gelu_slope8(xv, s));
-                /* 0 + g, as k_bias_gelu_backward writes it (a -0 gradient comes out +0 there too) */
-                _mm256_maskstore_ps(dx + j, lanes, _mm256_add_ps(_mm256_setzero_ps(), g));
-                _mm256_storeu_ps(column_sum + j,
-                                 _mm256_add_ps(_mm256_loadu_ps(column_sum + j), g)); /* g is 0 past the tail */
-            }
-#else
-#pragma omp simd
-            for (int64_t j = 0; j < width; j++) {
-                const float s = gelu_gate(x[j]);
-                const float g = dy[j] * gelu_slope(x[j], s);
-                y[j] = x[j] * s;
-                dx[j] = g;
-                column_sum[j] += g;
-            }
-#endif
-        }
-        if (d_bias)
-            for (int64_t j = 0; j < width; j++)
-                d_bias[j0 + j] += column_sum[j];
-    }
+    gelu_recompute_backward(hidden, d_pre, NULL, NULL, d_bias, d_hidden, pre, M, N);
+}
+
+/* hidden, d_pre [M,N] bf16; d_hidden, pre [M,N]; d_bias [N] or NULL */
+void k_gelu_recompute_backward_bf16(uint16_t *hidden, uint16_t *d_pre, float *d_bias, const float *d_hidden,
+                                    const float *pre, int64_t M, int64_t N) {
+    gelu_recompute_backward(NULL, NULL, hidden, d_pre, d_bias, d_hidden, pre, M, N);
 }
 
 /* in, out [n]; out = x * sigmoid(x) */

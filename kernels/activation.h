@@ -36,6 +36,16 @@ void k_bias_gelu_backward(float *d_pre, int accumulate, float *d_bias, const flo
 void k_gelu_recompute_backward(float *hidden, float *d_pre, float *d_bias, const float *d_hidden, const float *pre,
                                int64_t M, int64_t N);
 
+/* The same two with bfloat16 outputs, for an MLP whose products read bf16
+ * operands (train.precision = bf16): each output element is the float32
+ * result above rounded to bf16 (kernels/type_traits.h), and d_bias and pre
+ * get the float32 values bit for bit; the float32 hidden layer and d_pre
+ * never reach memory, only their 2-byte copies do. */
+void k_bias_gelu_forward_bf16(uint16_t *out, float *pre, const float *bias, int64_t M, int64_t N);
+void k_bias_gelu_forward_bf16_range(uint16_t *out, float *pre, const float *bias, int64_t rows, int64_t N);
+void k_gelu_recompute_backward_bf16(uint16_t *hidden, uint16_t *d_pre, float *d_bias, const float *d_hidden,
+                                    const float *pre, int64_t M, int64_t N);
+
 /* out[n] = x * sigmoid(x) */
 void k_silu_forward(float *out, const float *in, int64_t n);
 void k_silu_forward_range(float *out, const float *in, int64_t n);

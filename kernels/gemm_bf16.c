@@ -16,40 +16,35 @@
 
 #include "kernels/gemm.h"
 #include "kernels/isa.h"
+#include "kernels/type_traits.h"
 
 /* Conversions of fewer elements than this run on the calling thread. */
 #define CONVERT_PARALLEL_MIN 65536
 /* oneDNN primitives each thread keeps (round-robin replacement). */
 #define PRIMITIVE_CACHE_SIZE 48
 
-/* ---- rounding: the bits of k_bf16_from_float, branch-free so it vectorises ---- */
-
-static inline uint32_t rounded_bits(uint32_t bits) {
-    const uint32_t is_nan = (bits & 0x7fffffffu) > 0x7f800000u;
-    const uint32_t nearest = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u; /* ties to even; overflow -> inf */
-    const uint32_t quiet = (bits | 0x00400000u) & 0xffff0000u;                     /* NaN: quiet, same sign */
-    return is_nan ? quiet : nearest;
-}
-
 static inline int convert_in_parallel(int64_t n) { return n >= CONVERT_PARALLEL_MIN && !omp_in_parallel(); }
 
+/* Threaded over spans of CONVERT_PARALLEL_MIN: as one `omp parallel for simd`
+ * loop, GCC 12 emitted scalar code for the path that runs when the region is
+ * not parallel (inside the row-split training step, always), one element per
+ * iteration, which a bf16 char step profiled at about twice narrow_rows'
+ * cost per element. */
 void k_bf16_round(uint16_t *dst, const float *src, int64_t n) {
-    const uint32_t *s = (const uint32_t *)(const void *)src;
-#pragma omp parallel for simd schedule(static) if (convert_in_parallel(n))
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = (uint16_t)(rounded_bits(s[i]) >> 16);
+    const int64_t n_spans = (n + CONVERT_PARALLEL_MIN - 1) / CONVERT_PARALLEL_MIN;
+#pragma omp parallel for schedule(static) if (convert_in_parallel(n))
+    for (int64_t span = 0; span < n_spans; span++) {
+        const int64_t begin = span * CONVERT_PARALLEL_MIN;
+        k_bf16_round_range(dst + begin, src + begin,
+                           n - begin < CONVERT_PARALLEL_MIN ? n - begin : CONVERT_PARALLEL_MIN);
+    }
 }
 
 /* dst [rows, cols] packed = src [rows, cols] (row stride ld) rounded to bf16. */
 static void narrow_rows(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
 #pragma omp parallel for schedule(static) if (convert_in_parallel(rows * cols))
-    for (int64_t r = 0; r < rows; r++) {
-        const uint32_t *s = (const uint32_t *)(const void *)(src + r * ld);
-        uint16_t *d = dst + r * cols;
-#pragma omp simd
-        for (int64_t c = 0; c < cols; c++)
-            d[c] = (uint16_t)(rounded_bits(s[c]) >> 16);
-    }
+    for (int64_t r = 0; r < rows; r++)
+        k_bf16_round_range(dst + r * cols, src + r * ld, cols);
 }
 
 /* dst [rows, cols] packed float32 = src rounded to bf16 and widened back:
@@ -69,7 +64,7 @@ static void widen_rows(float *dst, const float *src_f32, const uint16_t *src_bf1
             const uint32_t *s = (const uint32_t *)(const void *)(src_f32 + r * ld);
 #pragma omp simd
             for (int64_t c = 0; c < cols; c++)
-                d[c] = rounded_bits(s[c]);
+                d[c] = k_bf16_rounded_bits(s[c]);
         }
     }
 }

@@ -11,6 +11,13 @@ uint16_t k_bf16_from_float(float x) {
     return (uint16_t)(bits >> 16);
 }
 
+void k_bf16_round_range(uint16_t *restrict dst, const float *restrict src, int64_t n) {
+    const uint32_t *s = (const uint32_t *)(const void *)src;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (uint16_t)(k_bf16_rounded_bits(s[i]) >> 16);
+}
+
 float k_bf16_to_float(uint16_t x) {
     const uint32_t bits = (uint32_t)x << 16;
     float f;
@@ -41,11 +48,7 @@ static void bf16_to_float(float *dst, const void *src, int64_t n) {
     }
 }
 
-static void bf16_from_float(void *dst, const float *src, int64_t n) {
-    uint16_t *d = dst;
-    for (int64_t i = 0; i < n; i++)
-        d[i] = k_bf16_from_float(src[i]);
-}
+static void bf16_from_float(void *dst, const float *src, int64_t n) { k_bf16_round_range(dst, src, n); }
 
 static float bf16_dot(const void *row, const float *x, int64_t n) {
     const uint16_t *w = row;

@@ -33,5 +33,19 @@ const k_type_traits *k_type_traits_of(dt_dtype dtype);
 /* One bfloat16 value, for tests and scalar code. */
 uint16_t k_bf16_from_float(float x);
 float k_bf16_to_float(uint16_t x);
+/* The float32 bits x rounded to bfloat16 and kept in the top half (the low 16
+ * bits zero), as k_bf16_from_float rounds, without branches so loops over it
+ * vectorise. */
+static inline uint32_t k_bf16_rounded_bits(uint32_t bits) {
+    const uint32_t is_nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t nearest = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u; /* ties to even; overflow -> inf */
+    const uint32_t quiet = (bits | 0x00400000u) & 0xffff0000u;                     /* NaN: quiet, same sign */
+    return is_nan ? quiet : nearest;
+}
+/* dst [n] = src [n] rounded as k_bf16_from_float, on the calling thread, in
+ * vector lanes (branch-free bits): the core of every float32 -> bf16
+ * conversion (k_bf16_round threads it; kernels that produce a bf16 operand
+ * call it on their own rows). */
+void k_bf16_round_range(uint16_t *restrict dst, const float *restrict src, int64_t n);
 
 #endif

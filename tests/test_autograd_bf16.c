@@ -130,6 +130,45 @@ Test(bf16_ops, fused_mlp_is_its_unfused_composition) {
         dt_tensor_free(params[i]);
 }
 
+/* The gradients too: the fused backward produces the GELU output and d_pre
+ * in bf16 (k_gelu_recompute_backward_bf16) and rounds d_out once for its two
+ * products; the unfused ops keep them float32 and round them in each
+ * product. Rounding is deterministic, so every gradient is the same bits. */
+Test(bf16_ops, fused_mlp_gradients_are_its_unfused_gradients) {
+    enum { F = 44 };
+    dt_tensor *p[6];
+    const int64_t shapes[6][2] = {{M, K}, {F, K}, {F, 0}, {K, F}, {K, 0}, {M, K}};
+    dt_tensor *grads[2][6];
+    dt_tensor *R = param(17, DT_SHAPE(M, K));
+    R->requires_grad = 0;
+    for (int i = 0; i < 6; i++)
+        p[i] = shapes[i][1] ? param((uint64_t)(31 + i), DT_SHAPE(shapes[i][0], shapes[i][1]))
+                            : param((uint64_t)(31 + i), DT_SHAPE(shapes[i][0]));
+    for (int fused = 0; fused < 2; fused++) {
+        ag_reset(&ctx);
+        ctx.bf16_products = 1;
+        for (int i = 0; i < 6; i++)
+            if (p[i]->grad) memset(p[i]->grad, 0, (size_t)p[i]->size * sizeof(float));
+        dt_tensor *y = fused ? ag_mlp_gelu(&ctx, p[5], p[0], p[1], p[2], p[3], p[4])
+                             : ag_linear_residual(&ctx, p[5], ag_linear_gelu(&ctx, p[0], p[1], p[2]), p[3], p[4]);
+        dt_tensor *loss = ag_sum(&ctx, ag_mul(&ctx, y, R));
+        cr_assert_not_null(loss, "%s", dt_error_message());
+        cr_assert_eq(ag_backward(&ctx, loss), DT_OK, "%s", dt_error_message());
+        for (int i = 0; i < 6; i++) {
+            cr_assert_not_null(p[i]->grad, "parameter %d has no gradient", i);
+            grads[fused][i] = dt_tensor_new(DT_F32, p[i]->ndim, p[i]->shape);
+            cr_assert_not_null(grads[fused][i]);
+            memcpy(grads[fused][i]->data, p[i]->grad, (size_t)p[i]->size * sizeof(float));
+        }
+    }
+    static const char *names[6] = {"x", "fc", "fc_bias", "proj", "proj_bias", "residual"};
+    for (int i = 0; i < 6; i++) {
+        assert_same_bits(grads[1][i], grads[0][i], names[i]);
+        dt_tensor_free(grads[0][i]), dt_tensor_free(grads[1][i]), dt_tensor_free(p[i]);
+    }
+    dt_tensor_free(R);
+}
+
 /* loss = sum(y ⊙ R): d_y = R exactly, so every gradient has a closed form. */
 static void linear_gradients(dt_tensor *x, dt_tensor *W, dt_tensor *b, dt_tensor *R) {
     ctx.bf16_products = 1;

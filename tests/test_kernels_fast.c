@@ -5,7 +5,8 @@
  * blocks (24 x 16 tiles; 480 rows, 256 inner, 3072 columns).
  *
  * Expected values come from formulas evaluated in double here (libm exp/tanh,
- * naive loops), never from the kernels under test. */
+ * naive loops), never from the kernels under test; the bf16-output GELU
+ * kernels are checked against the float32 kernels they promise to round. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_ukernel.h"
 #include "kernels/softmax.h"
+#include "kernels/type_traits.h"
 #include "kernels/vec_math.h"
 
 static float *alloc_floats(int64_t n) {
@@ -153,6 +155,83 @@ Test(kernels_fused, bias_gelu_backward_thread_count_independent) {
     free(pre), free(d_out);
     for (int run = 0; run < 2; run++)
         free(d_pre[run]), free(d_bias[run]);
+}
+
+/* Column sums in row order from 0, in float, as the kernels promise them. */
+static void column_sums_in_order(float *sums, const float *g, int64_t M, int64_t N) {
+    for (int64_t j = 0; j < N; j++) {
+        float sum = 0.0f;
+        for (int64_t i = 0; i < M; i++)
+            sum += g[i * N + j];
+        sums[j] = sum;
+    }
+}
+
+/* Wider than the 8192 columns whose sums one pass keeps: the bias gradient
+ * is still each column's float sum in row order, bit for bit, at one thread
+ * and at two (each thread's share then spans passes of its own). */
+Test(kernels_fused, bias_gelu_backward_sums_wide_matrices_in_row_order) {
+    const int64_t M = 5, N = 2 * 8192 + 80;
+    dt_rng rng;
+    dt_rng_seed(&rng, 10);
+    float *pre = alloc_floats(M * N), *d_out = alloc_floats(M * N), *d_pre = alloc_floats(M * N);
+    float *d_bias = alloc_floats(N), *expected = alloc_floats(N);
+    fill_uniform(&rng, pre, M * N, -4.0f, 4.0f);
+    fill_uniform(&rng, d_out, M * N, -1.0f, 1.0f);
+    for (int threads = 1; threads <= 2; threads++) {
+        k_set_threads(threads);
+        memset(d_bias, 0, (size_t)N * sizeof(float));
+        k_bias_gelu_backward(d_pre, 0, d_bias, d_out, pre, M, N);
+        column_sums_in_order(expected, d_pre, M, N);
+        for (int64_t j = 0; j < N; j++)
+            cr_assert_eq(d_bias[j], expected[j], "%d threads: d_bias[%ld] = %.9g, row-order sum %.9g", threads, (long)j,
+                         (double)d_bias[j], (double)expected[j]);
+    }
+    k_set_threads(2);
+    free(pre), free(d_out), free(d_pre), free(d_bias), free(expected);
+}
+
+/* The bf16-output forms are the float32 kernels rounded: every element of
+ * their outputs is k_bf16_from_float of the float32 kernel's, and pre and
+ * d_bias are the float32 kernels' bits, at one thread and at two; N spans
+ * pieces of both widths (256 forward, 64 backward) with partial ones. */
+Test(kernels_fused, bf16_outputs_are_the_float32_kernels_rounded) {
+    const int64_t M = 70, N = 600;
+    dt_rng rng;
+    dt_rng_seed(&rng, 11);
+    float *pre = alloc_floats(M * N), *bias = alloc_floats(N), *d_hidden = alloc_floats(M * N);
+    fill_uniform(&rng, pre, M * N, -6.0f, 6.0f);
+    fill_uniform(&rng, bias, N, -1.0f, 1.0f);
+    fill_uniform(&rng, d_hidden, M * N, -1.0f, 1.0f);
+    float *pre32 = alloc_floats(M * N), *pre16 = alloc_floats(M * N), *out32 = alloc_floats(M * N);
+    float *hidden32 = alloc_floats(M * N), *d_pre32 = alloc_floats(M * N);
+    float *d_bias32 = alloc_floats(N), *d_bias16 = alloc_floats(N);
+    uint16_t *out16 = malloc((size_t)(M * N) * sizeof(uint16_t)),
+             *hidden16 = malloc((size_t)(M * N) * sizeof(uint16_t));
+    uint16_t *d_pre16 = malloc((size_t)(M * N) * sizeof(uint16_t));
+    cr_assert(out16 && hidden16 && d_pre16);
+    for (int threads = 1; threads <= 2; threads++) {
+        k_set_threads(threads);
+        memcpy(pre32, pre, (size_t)(M * N) * sizeof(float));
+        memcpy(pre16, pre, (size_t)(M * N) * sizeof(float));
+        k_bias_gelu_forward(out32, pre32, bias, M, N);
+        k_bias_gelu_forward_bf16(out16, pre16, bias, M, N);
+        cr_assert(memcmp(pre16, pre32, (size_t)(M * N) * sizeof(float)) == 0, "pre + bias differs");
+        for (int64_t i = 0; i < M * N; i++)
+            cr_assert_eq(out16[i], k_bf16_from_float(out32[i]), "%d threads: gelu[%ld]", threads, (long)i);
+        for (int64_t j = 0; j < N; j++)
+            d_bias32[j] = d_bias16[j] = 0.5f;
+        k_gelu_recompute_backward(hidden32, d_pre32, d_bias32, d_hidden, pre, M, N);
+        k_gelu_recompute_backward_bf16(hidden16, d_pre16, d_bias16, d_hidden, pre, M, N);
+        for (int64_t i = 0; i < M * N; i++) {
+            cr_assert_eq(hidden16[i], k_bf16_from_float(hidden32[i]), "%d threads: hidden[%ld]", threads, (long)i);
+            cr_assert_eq(d_pre16[i], k_bf16_from_float(d_pre32[i]), "%d threads: d_pre[%ld]", threads, (long)i);
+        }
+        cr_assert(memcmp(d_bias16, d_bias32, (size_t)N * sizeof(float)) == 0, "d_bias differs");
+    }
+    k_set_threads(2);
+    free(pre), free(bias), free(d_hidden), free(pre32), free(pre16), free(out32), free(hidden32), free(d_pre32);
+    free(d_bias32), free(d_bias16), free(out16), free(hidden16), free(d_pre16);
 }
 
 /* ---------------- cross-entropy with saved statistics ---------------- */

@@ -1,17 +1,26 @@
 /* The type-traits table (kernels/type_traits.h): bfloat16 rounding against
  * values worked out by hand from the bit patterns, round trips, NaN and
- * infinity, and the row dot products against float64 sums. */
+ * infinity, the vectorised row rounding against the scalar one, and the row
+ * dot products against float64 sums. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/type_traits.h"
 
 static float from_bits(uint32_t bits) {
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
+}
+
+static uint32_t bits_of(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return bits;
 }
 
 Test(type_traits, table_rows) {
@@ -76,4 +85,33 @@ Test(type_traits, rows_round_trip_and_dot) {
     float copy[N];
     f32->from_float(copy, w, N);
     cr_assert_eq(memcmp(copy, w, sizeof copy), 0);
+}
+
+/* The vectorised rows (k_bf16_round_range, and k_bf16_round threaded over
+ * spans) give k_bf16_from_float's bits for every kind of value: ties both
+ * ways, NaNs with payloads in the low bits, infinities, the largest finite
+ * float, subnormals and signed zeros, at every position of a vector (the
+ * special values repeat with a period that is not a multiple of 16), and
+ * over a length that takes several spans and a partial one. */
+Test(type_traits, vector_rounding_is_the_scalar_rounding) {
+    static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0x7f7fffffu, 0x7f800000u,
+                                       0xff800000u, 0x7f800001u, 0xffc00001u, 0x7fbfffffu, 0x00000000u, 0x80000000u,
+                                       0x00010000u, 0x00008000u, 0x80018000u, 0x3f7fffffu, 0xc2f6e979u};
+    enum { N = 3 * 65536 + 1001, N_SPECIAL = sizeof special / sizeof special[0] };
+    float *x = malloc(N * sizeof(float));
+    uint16_t *row = malloc(N * sizeof(uint16_t)), *threaded = malloc(N * sizeof(uint16_t));
+    cr_assert(x && row && threaded);
+    dt_rng rng;
+    dt_rng_seed(&rng, 9);
+    dt_rng_fill_normal(&rng, x, N, 3.0f);
+    for (int i = 0; i < N; i += 7)
+        x[i] = from_bits(special[(i / 7) % N_SPECIAL]);
+    k_bf16_round_range(row, x, N);
+    k_bf16_round(threaded, x, N);
+    for (int i = 0; i < N; i++) {
+        const uint16_t scalar = k_bf16_from_float(x[i]);
+        cr_assert_eq(row[i], scalar, "element %d (0x%08x): 0x%04x, scalar 0x%04x", i, bits_of(x[i]), row[i], scalar);
+        cr_assert_eq(threaded[i], scalar, "k_bf16_round, element %d", i);
+    }
+    free(x), free(row), free(threaded);
 }
