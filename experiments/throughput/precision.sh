@@ -10,7 +10,8 @@
 # tokens/s per arm, the ratios, and MFU of each arm against its own measured
 # GEMM rate (its own precision) and against the CPU's AMX bf16 peak when it
 # has AMX (1024 bf16 FLOP/cycle/core, Intel's figure for the 4th-gen Xeon
-# TMUL: a 16x16x32 TDPBF16PS every 16 cycles; clock from the brand string).
+# TMUL: a 16x16x32 TDPBF16PS every 16 cycles; clock from the brand string, else
+# /proc/cpuinfo's "cpu MHz").
 #
 # Usage: experiments/throughput/precision.sh [--rounds R] [--steps N] [--char-steps N] [--warmup W] [--threads K]
 #                                            [--presets "baby char"] [--build-dir DIR | --dbranch FILE]
@@ -46,7 +47,7 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD_DIR="$2"; shift 2 ;;
     --dbranch) DBRANCH="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "$ME: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -78,6 +79,8 @@ FLAGS=" $(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo | head -1) "
 has() { [[ "$FLAGS" == *" $1 "* ]] && echo yes || echo no; }
 AVX512_BF16="$(has avx512_bf16)"
 AMX_BF16="$(has amx_bf16)"
+# The clock the kernel reports: the fallback for a brand string without one (a VM's masked "Intel(R) Xeon(R) Processor").
+CPU_MHZ="$(sed -n 's/^cpu MHz[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "== CPU: $CPU_MODEL ($CPU_FM); avx512_bf16 $AVX512_BF16, amx_bf16 $AMX_BF16" >&2
 
 # run_json WHAT TAG CHECK -- COMMAND...: runs COMMAND (stdout: one JSON object), checks it with the
@@ -128,9 +131,9 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done
 
-"$PYTHON" - "$OUT" "$THREADS" "$CPU_MODEL" "$CPU_FM" "$AVX512_BF16" "$AMX_BF16" <<'EOF' || die "summary of $OUT failed"
+"$PYTHON" - "$OUT" "$THREADS" "$CPU_MODEL" "$CPU_FM" "$AVX512_BF16" "$AMX_BF16" "$CPU_MHZ" <<'EOF' || die "summary of $OUT failed"
 import json, re, statistics, sys
-path, threads, cpu, cpu_fm, avx512_bf16, amx_bf16 = sys.argv[1:7]
+path, threads, cpu, cpu_fm, avx512_bf16, amx_bf16, cpu_mhz = sys.argv[1:8]
 threads = int(threads)
 rows = [json.loads(line) for line in open(path) if line.strip()]
 def med(values):
@@ -147,14 +150,18 @@ if support:
     print(f"torch {torch_rows[0]['torch']} bf16: _is_mkldnn_bf16_supported: "
           f"{support['is_mkldnn_bf16_supported'] if support['is_mkldnn_bf16_supported'] is not None else support['query']}; "
           f"oneDNN ISA: {support['onednn_isa']}; autocast bf16 matmul: {support['bf16_matmul_impl']}")
-# AMX peak: 1024 bf16 FLOP/cycle/core (Intel, 4th-gen Xeon), at the brand string's nominal clock, per thread.
+# AMX peak: 1024 bf16 FLOP/cycle/core (Intel, 4th-gen Xeon), at the brand string's nominal clock, per thread;
+# without one, at /proc/cpuinfo's "cpu MHz" (what the kernel was told: in a VM, the host's nominal clock).
 peak = None
 clock = re.search(r"@\s*([0-9.]+)\s*GHz", cpu)
-if amx_bf16 == "yes" and clock:
-    peak = 1024 * float(clock.group(1)) * threads
-    print(f"AMX bf16 peak: 1024 FLOP/cycle/core x {clock.group(1)} GHz (brand string) x {threads} = {peak:.0f} GFLOP/s")
+ghz, source = (float(clock.group(1)), "brand string") if clock else (None, None)
+if ghz is None and re.fullmatch(r"[0-9]+(\.[0-9]+)?", cpu_mhz.strip()):
+    ghz, source = float(cpu_mhz) / 1000.0, "/proc/cpuinfo cpu MHz"
+if amx_bf16 == "yes" and ghz:
+    peak = 1024 * ghz * threads
+    print(f"AMX bf16 peak: 1024 FLOP/cycle/core x {ghz:.2f} GHz ({source}) x {threads} = {peak:.0f} GFLOP/s")
 else:
-    print("AMX bf16 peak: n/a (" + ("no AMX-BF16 on this CPU" if amx_bf16 != "yes" else "no clock in the brand string") + ")")
+    print("AMX bf16 peak: n/a (" + ("no AMX-BF16 on this CPU" if amx_bf16 != "yes" else "no clock in the brand string or /proc/cpuinfo") + ")")
 print(f"\n{threads} threads, median over {len({r['round'] for r in rows})} rounds (raw runs: {path})\n")
 def arms(preset):
     """(name, tokens/s, MFU against its own GEMM rate, its GEMM rate, achieved GFLOP/s) lists per round."""
