@@ -31,6 +31,15 @@ dt_tensor *ag_mlp_gelu(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor
  * the GELU's pre-activation. */
 dt_tensor *ag_linear_coupled(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor *weight, dt_tensor *bias,
                              int gelu, dt_tensor *coupled, dt_tensor *couple);
+/* For an input of several bf16 products (the normed x that q, k and v read;
+ * each product's x is read again by its d_W): under bf16 products, x is
+ * rounded to bf16 once, into tape scratch, and the copy kept on x (x->bf16),
+ * which every linear op above then reads instead of rounding x itself,
+ * forward and backward. The same bits as without it. x must not be written
+ * afterwards (an op's output that is only read). Returns x; a no-op under
+ * float32 products, for a heap tensor (a caller's, which may change between
+ * steps), for NULL, and when scratch runs out (then each product rounds x). */
+dt_tensor *ag_bf16_operand(ag_ctx *ctx, dt_tensor *x);
 
 /* ---- elementwise ---- */
 dt_tensor *ag_add(ag_ctx *ctx, dt_tensor *a, dt_tensor *b); /* same shapes */

@@ -72,11 +72,6 @@ static dt_status linear_forward_rounded(ag_ctx *ctx, float *out, const float *in
     return times_weight_rounded(ctx, 1, M, N, K, in, in_bf16, weight, bias ? 1.0f : 0.0f, out);
 }
 
-static dt_status linear_forward(ag_ctx *ctx, float *out, const float *in, const dt_tensor *weight,
-                                const dt_tensor *bias, int64_t M, int64_t K, int64_t N) {
-    return linear_forward_rounded(ctx, out, in, NULL, weight, bias, M, K, N);
-}
-
 /* d_weight [N,K] += d_out [M,N]^T · in [M,K]; d_bias [N] += column sums of d_out (NULLs skipped).
  * d_out_bf16, in_bf16: bf16 copies (bf16 products only), or NULL; with a copy
  * the float32 operand may be NULL, except d_out when d_bias is wanted. */
@@ -128,12 +123,21 @@ static void linear_gradients_rounded(ag_ctx *ctx, dt_tensor *x, dt_tensor *weigh
     if (rounded) d_y_bf16 = rounded;
     if (d_x) /* a failure is flagged for ag_backward */
         (void)times_weight_rounded(ctx, 0, M, K, N, d_y, d_y_bf16, weight, accumulate ? 1.0f : 0.0f, d_x);
-    weight_gradients(ctx, d_weight, ag_grad(ctx, bias), d_y, d_y_bf16, dt_f32(x), NULL, weight, M, K, N);
+    weight_gradients(ctx, d_weight, ag_grad(ctx, bias), d_y, d_y_bf16, dt_f32(x), x->bf16, weight, M, K, N);
     ag_temp_release(ctx, (float *)(void *)rounded);
 }
 
 static void linear_gradients(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bias, const float *d_y) {
     linear_gradients_rounded(ctx, x, weight, bias, d_y, NULL);
+}
+
+dt_tensor *ag_bf16_operand(ag_ctx *ctx, dt_tensor *x) {
+    if (!x || !ctx->bf16_products || x->bf16 || x->heap_owned || x->dtype != DT_F32 || x->size <= 0) return x;
+    uint16_t *copy = dt_arena_alloc(&ctx->arena, (size_t)x->size * sizeof(uint16_t));
+    if (!copy) return x; /* the products round x themselves */
+    k_bf16_round(copy, dt_f32(x), x->size);
+    x->bf16 = copy;
+    return x;
 }
 
 /* ---- linear: in x [M,K], weight [N,K], bias [N] or NULL; out [M,N] ---- */
@@ -149,7 +153,7 @@ dt_tensor *ag_linear(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tensor *bi
     int64_t M = dt_rows(x), K = dt_cols(x), N = weight->shape[0];
     dt_tensor *out = ag_tensor_like_rows(ctx, x, N); /* [..., N] */
     if (!out) return NULL;
-    if (linear_forward(ctx, dt_f32(out), dt_f32(x), weight, bias, M, K, N) != DT_OK) return NULL;
+    if (linear_forward_rounded(ctx, dt_f32(out), dt_f32(x), x->bf16, weight, bias, M, K, N) != DT_OK) return NULL;
     dt_tensor *inputs[3] = {x, weight, bias};
     if (ag_needs_grad(ctx, inputs, 3) && !ag_record(ctx, op, linear_backward, out, inputs, 3)) return NULL;
     return out;
@@ -179,7 +183,7 @@ dt_tensor *ag_linear_gelu(ag_ctx *ctx, dt_tensor *x, dt_tensor *weight, dt_tenso
     dt_tensor *pre = ag_tensor_like_rows(ctx, x, N); /* [..., N] before the GELU */
     dt_tensor *out = ag_tensor_like_rows(ctx, x, N); /* [..., N] */
     if (!pre || !out) return NULL;
-    if (times_weight(ctx, 1, M, N, K, dt_f32(x), weight, 0.0f, dt_f32(pre)) != DT_OK) return NULL;
+    if (times_weight_rounded(ctx, 1, M, N, K, dt_f32(x), x->bf16, weight, 0.0f, dt_f32(pre)) != DT_OK) return NULL;
     k_bias_gelu_forward(dt_f32(out), dt_f32(pre), bias ? dt_f32(bias) : NULL, M, N);
     dt_tensor *inputs[3] = {x, weight, bias};
     if (ag_needs_grad(ctx, inputs, 3)) {
@@ -217,7 +221,7 @@ dt_tensor *ag_linear_residual(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt
     if (!out) return NULL;
     /* The linear output first, then the residual added onto it: a + b == b + a
      * exactly, so this is ag_add(residual, ag_linear(...)) to the bit. */
-    if (linear_forward(ctx, dt_f32(out), dt_f32(x), weight, bias, M, K, N) != DT_OK) return NULL;
+    if (linear_forward_rounded(ctx, dt_f32(out), dt_f32(x), x->bf16, weight, bias, M, K, N) != DT_OK) return NULL;
     k_accumulate(dt_f32(out), dt_f32(residual), M * N);
     dt_tensor *inputs[4] = {residual, x, weight, bias};
     if (ag_needs_grad(ctx, inputs, 4) && !ag_record(ctx, op, linear_residual_backward, out, inputs, 4)) return NULL;
@@ -308,7 +312,7 @@ dt_tensor *ag_mlp_gelu(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_tensor
     if (!hidden) return NULL;
     uint16_t *hidden_bf16 = bf16 ? (uint16_t *)(void *)hidden : NULL;
     /* The arithmetic of ag_linear_gelu then ag_linear_residual, in that order. */
-    if (times_weight(ctx, 1, M, F, C, dt_f32(x), fc, 0.0f, dt_f32(pre)) != DT_OK) return NULL;
+    if (times_weight_rounded(ctx, 1, M, F, C, dt_f32(x), x->bf16, fc, 0.0f, dt_f32(pre)) != DT_OK) return NULL;
     const float *fc_bias_data = fc_bias ? dt_f32(fc_bias) : NULL;
     if (bf16)
         k_bias_gelu_forward_bf16(hidden_bf16, dt_f32(pre), fc_bias_data, M, F);
@@ -384,7 +388,7 @@ dt_tensor *ag_linear_coupled(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_
     const float *bias_data = bias ? dt_f32(bias) : NULL;
     if (gelu) {
         /* GEMM into pre, then one pass: bias, GELU, coupling term */
-        if (times_weight(ctx, 1, M, N, K, dt_f32(x), weight, 0.0f, dt_f32(pre)) != DT_OK) return NULL;
+        if (times_weight_rounded(ctx, 1, M, N, K, dt_f32(x), x->bf16, weight, 0.0f, dt_f32(pre)) != DT_OK) return NULL;
         if (coupled)
             k_bias_gelu_couple_forward(dt_f32(out), dt_f32(pre), bias_data, dt_f32(coupled), dt_f32(couple), M, N);
         else
@@ -394,7 +398,7 @@ dt_tensor *ag_linear_coupled(ag_ctx *ctx, dt_tensor *residual, dt_tensor *x, dt_
         /* The linear map first, then the terms added in the unfused order: a
          * zero coupling then gives the uncoupled numbers bit for bit (the
          * couple = off ablation identity). */
-        if (linear_forward(ctx, dt_f32(out), dt_f32(x), weight, bias, M, K, N) != DT_OK) return NULL;
+        if (linear_forward_rounded(ctx, dt_f32(out), dt_f32(x), x->bf16, weight, bias, M, K, N) != DT_OK) return NULL;
         if (coupled) k_accumulate_mul_vec(dt_f32(out), dt_f32(coupled), dt_f32(couple), M, N);
         if (residual) k_accumulate(dt_f32(out), dt_f32(residual), M * N);
     }

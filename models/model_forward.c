@@ -91,8 +91,9 @@ static dt_tensor *attention_sublayer(ag_ctx *ctx, const model *m, int64_t l, blo
     const model_block_weights *w = role == ROLE_PRIMARY ? &layer->primary : &layer->branch;
     const model_position_kind *position = m->arch.position;
 
-    dt_tensor *xn = norm_forward(ctx, m, x, layer->attn_norm, layer->attn_norm_bias); // [B,T,C]
-    dt_tensor *q;                                                                     // [B,T,H*hd]
+    /* q, k and v all read xn: under bf16, rounded once for their products */
+    dt_tensor *xn = ag_bf16_operand(ctx, norm_forward(ctx, m, x, layer->attn_norm, layer->attn_norm_bias)); // [B,T,C]
+    dt_tensor *q;                               // [B,T,H*hd]
     if (role == ROLE_BRANCH && layer->couple_q) /* q2 = Norm1(g) Wq^T + bq + couple_q ⊙ q1, one op */
         q = ag_linear_coupled(ctx, NULL, xn, w->wq, w->wq_bias, 0, from_primary(ctx, c, state->q1), layer->couple_q);
     else
@@ -119,6 +120,7 @@ static dt_tensor *attention_sublayer(ag_ctx *ctx, const model *m, int64_t l, blo
                                       from_primary(ctx, c, state->v_persist), 0, q->shape[1], la->score_slopes);
     else
         y = ag_attention_biased(ctx, q, k, v, la->n_head, la->n_kv_head, la->score_slopes);
+    y = ag_bf16_operand(ctx, y); /* read by Wo's product and again by its d_W */
     if (add_residual) return ag_linear_residual(ctx, x, y, w->wo, w->wo_bias); /* x + (y Wo^T + bo) */
     return ag_linear(ctx, y, w->wo, w->wo_bias);
 }
@@ -129,7 +131,8 @@ static dt_tensor *ffn_sublayer(ag_ctx *ctx, const model *m, int64_t l, block_rol
                                model_primary_state *state, model_ffn_balance *balance, int add_residual) {
     const model_config *c = &m->config;
     const model_layer *layer = &m->layers[l];
-    dt_tensor *xn2 = norm_forward(ctx, m, x, layer->ffn_norm, layer->ffn_norm_bias); // [B,T,C]
+    /* the FFN's products (SwiGLU's two, or one and its d_W) read xn2: under bf16, rounded once */
+    dt_tensor *xn2 = ag_bf16_operand(ctx, norm_forward(ctx, m, x, layer->ffn_norm, layer->ffn_norm_bias)); // [B,T,C]
     /* The primary keeps m1 when the branch reads it (couple_out); otherwise a
      * kind that can puts its down projection straight onto the residual
      * stream, the branch's with its coupling term. */
@@ -199,7 +202,7 @@ static dt_tensor *stack_forward(ag_ctx *ctx, const model *m, block_role role, dt
 /* Final norm and the head: stream [B,T,C] -> logits [B,T,V]; *top (when
  * asked) gets the head's input Norm_f(x) [B,T,C], latent feedback's top state. */
 static dt_tensor *head_forward(ag_ctx *ctx, const model *m, dt_tensor *x, dt_tensor **top) {
-    dt_tensor *xn = norm_forward(ctx, m, x, m->final_norm, m->final_norm_bias);
+    dt_tensor *xn = ag_bf16_operand(ctx, norm_forward(ctx, m, x, m->final_norm, m->final_norm_bias));
     if (top) *top = xn;
     return ag_linear(ctx, xn, m->lm_head, NULL);
 }

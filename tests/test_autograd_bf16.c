@@ -169,6 +169,72 @@ Test(bf16_ops, fused_mlp_gradients_are_its_unfused_gradients) {
     dt_tensor_free(R);
 }
 
+/* ag_bf16_operand: three linear maps of one marked tensor (q, k and v of a
+ * normed x) give the outputs and gradients of the same maps on an unmarked
+ * copy, bit for bit; the mark is made once and only on the tape's own
+ * tensors, and only under bf16 products. */
+Test(bf16_ops, a_shared_operand_gives_the_same_bits) {
+    dt_tensor *source = param(41, DT_SHAPE(M, K)), *R = param(45, DT_SHAPE(M, N));
+    dt_tensor *W[3] = {param(42, DT_SHAPE(N, K)), param(43, DT_SHAPE(N, K)), param(44, DT_SHAPE(N, K))};
+    R->requires_grad = 0;
+    dt_tensor *out[2][3], *grads[2][4];
+    for (int marked = 0; marked < 2; marked++) {
+        ag_reset(&ctx);
+        ctx.bf16_products = 1;
+        for (int i = 0; i < 3; i++)
+            if (W[i]->grad) memset(W[i]->grad, 0, (size_t)W[i]->size * sizeof(float));
+        if (source->grad) memset(source->grad, 0, (size_t)source->size * sizeof(float));
+        /* the tape's own tensor, as a norm's output is: x = source * 1 */
+        dt_tensor *x = ag_scale(&ctx, source, 1.0f);
+        cr_assert_not_null(x, "%s", dt_error_message());
+        if (marked) {
+            cr_assert_eq(ag_bf16_operand(&ctx, x), x);
+            cr_assert_not_null(x->bf16, "the tape's tensor got no bf16 copy");
+            const uint16_t *first = x->bf16;
+            ag_bf16_operand(&ctx, x);
+            cr_assert_eq(x->bf16, first, "a second call made a second copy");
+            for (int64_t i = 0; i < x->size; i++)
+                cr_assert_eq(x->bf16[i], k_bf16_from_float(dt_f32(x)[i]), "copy[%lld]", (long long)i);
+        }
+        dt_tensor *loss = NULL;
+        for (int i = 0; i < 3; i++) {
+            dt_tensor *y = ag_linear(&ctx, x, W[i], NULL);
+            cr_assert_not_null(y, "%s", dt_error_message());
+            out[marked][i] = dt_tensor_new(DT_F32, y->ndim, y->shape);
+            memcpy(out[marked][i]->data, y->data, (size_t)y->size * sizeof(float));
+            dt_tensor *term = ag_sum(&ctx, ag_mul(&ctx, y, R));
+            loss = loss ? ag_add(&ctx, loss, term) : term;
+        }
+        cr_assert_not_null(loss, "%s", dt_error_message());
+        cr_assert_eq(ag_backward(&ctx, loss), DT_OK, "%s", dt_error_message());
+        dt_tensor *params[4] = {W[0], W[1], W[2], source};
+        for (int i = 0; i < 4; i++) {
+            cr_assert_not_null(params[i]->grad);
+            grads[marked][i] = dt_tensor_new(DT_F32, params[i]->ndim, params[i]->shape);
+            memcpy(grads[marked][i]->data, params[i]->grad, (size_t)params[i]->size * sizeof(float));
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_same_bits(out[1][i], out[0][i], "outputs");
+        dt_tensor_free(out[0][i]), dt_tensor_free(out[1][i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_same_bits(grads[1][i], grads[0][i], "gradients");
+        dt_tensor_free(grads[0][i]), dt_tensor_free(grads[1][i]);
+    }
+    /* no mark on a heap tensor (a caller's input may change between steps), nor under float32 products */
+    cr_assert_eq(ag_bf16_operand(&ctx, source), source);
+    cr_assert_null(source->bf16);
+    ctx.bf16_products = 0;
+    dt_tensor *x32 = ag_scale(&ctx, source, 1.0f);
+    ag_bf16_operand(&ctx, x32);
+    cr_assert_null(x32->bf16);
+    cr_assert_null(ag_bf16_operand(&ctx, NULL));
+    for (int i = 0; i < 3; i++)
+        dt_tensor_free(W[i]);
+    dt_tensor_free(source), dt_tensor_free(R);
+}
+
 /* loss = sum(y ⊙ R): d_y = R exactly, so every gradient has a closed form. */
 static void linear_gradients(dt_tensor *x, dt_tensor *W, dt_tensor *b, dt_tensor *R) {
     ctx.bf16_products = 1;
