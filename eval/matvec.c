@@ -222,8 +222,10 @@ block_dot_avx512(float *out, int64_t ldo, const float *x, const void *w, int64_t
      * its stream. On an AMX Xeon this took 110m bf16 decode from 95-100 to
      * 136-139 tok/s (66% -> 80-88% of the read probe). For float32 rows, twice
      * as long, the same prefetch made M = 1 slower (67 -> 62 tok/s), so the
-     * float32 loop below prefetches only with two input rows (grouped /
-     * baseline 1.175 -> 1.14 on the 158.7M config, against 2 KB ahead). */
+     * float32 loop below prefetches only with two input rows, and into L2
+     * (grouped / baseline on the 158.7M config: 1.175 at 2 KB ahead, 1.14
+     * one block ahead into L1, 1.116-1.117 into L2, against 1.13-1.14 in the
+     * same window; L2 for bf16 was slower, 7.3-7.7 against 6.8-7.2 ms). */
     for (; bf16 && k + 32 <= K; k += 32) {
         __m512 xv[2][2];
         for (int m = 0; m < n_x; m++) {
@@ -248,7 +250,7 @@ block_dot_avx512(float *out, int64_t ldo, const float *x, const void *w, int64_t
             xv[m] = _mm512_loadu_ps(x + m * K + k);
         for (int r = 0; r < n_w; r++) {
             const char *wr = (const char *)w + r * K * es;
-            if (n_x == 2) _mm_prefetch(wr + (ROWS_PER_BLOCK * K + k) * es, _MM_HINT_T0);
+            if (n_x == 2) _mm_prefetch(wr + (ROWS_PER_BLOCK * K + k) * es, _MM_HINT_T1);
             __m512 wv = load16(wr, k, bf16);
             /* Keep wv in a register: otherwise the compiler folds the load
              * into both FMAs and every weight line is loaded twice. */
