@@ -68,8 +68,11 @@ static dt_status linear_forward_rounded(ag_ctx *ctx, float *out, const float *in
         k_linear_forward(out, in, dt_f32(weight), bias ? dt_f32(bias) : NULL, M, K, N);
         return DT_OK;
     }
-    if (bias) k_broadcast_rows(out, dt_f32(bias), M, N);
-    return times_weight_rounded(ctx, 1, M, N, K, in, in_bf16, weight, bias ? 1.0f : 0.0f, out);
+    if (k_gemm_bf16_bias(0, 1, M, N, K, 1.0f, in, in_bf16, K, dt_f32(weight), weight->bf16, dt_cols(weight),
+                         bias ? dt_f32(bias) : NULL, out, N) == DT_OK)
+        return DT_OK;
+    ctx->backward_failed = 1;
+    return DT_ERR;
 }
 
 /* d_weight [N,K] += d_out [M,N]^T · in [M,K]; d_bias [N] += column sums of d_out (NULLs skipped).

@@ -132,11 +132,11 @@ static char onednn_kernel_text[64];
 /* The primitive, its memory objects and the key it was built for. */
 typedef struct cached_product {
     int used, failed; /* failed: oneDNN refused this shape (the product then widens) */
-    int trans_a, trans_b;
+    int trans_a, trans_b, has_bias;
     int64_t M, N, K, lda, ldb, ldc;
     float alpha, beta;
     dnnl_primitive_t primitive;
-    dnnl_memory_t a, b, c;
+    dnnl_memory_t a, b, c, bias;
 } cached_product;
 
 typedef struct product_cache {
@@ -153,8 +153,9 @@ static void release_product(cached_product *p) {
     if (p->a) dnnl_memory_destroy(p->a);
     if (p->b) dnnl_memory_destroy(p->b);
     if (p->c) dnnl_memory_destroy(p->c);
+    if (p->bias) dnnl_memory_destroy(p->bias);
     p->primitive = NULL;
-    p->a = p->b = p->c = NULL;
+    p->a = p->b = p->c = p->bias = NULL;
 }
 
 /* op(X) [rows, cols] of a row-major X with row stride ld, transposed or not,
@@ -168,7 +169,7 @@ static dnnl_status_t operand_desc(dnnl_memory_desc_t *desc, dnnl_data_type_t typ
 
 /* Builds p for the key already in it; p->failed on any refusal. */
 static void build_product(cached_product *p) {
-    dnnl_memory_desc_t a, b, c;
+    dnnl_memory_desc_t a, b, c, bias;
     dnnl_matmul_desc_t matmul;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t post_ops = NULL;
@@ -177,7 +178,9 @@ static void build_product(cached_product *p) {
     if (operand_desc(&a, dnnl_bf16, p->M, p->K, p->lda, p->trans_a) != dnnl_success ||
         operand_desc(&b, dnnl_bf16, p->K, p->N, p->ldb, p->trans_b) != dnnl_success ||
         operand_desc(&c, dnnl_f32, p->M, p->N, p->ldc, 0) != dnnl_success ||
-        dnnl_matmul_desc_init(&matmul, &a, &b, NULL, &c) != dnnl_success || dnnl_primitive_attr_create(&attr))
+        (p->has_bias && operand_desc(&bias, dnnl_f32, 1, p->N, p->N, 0) != dnnl_success) ||
+        dnnl_matmul_desc_init(&matmul, &a, &b, p->has_bias ? &bias : NULL, &c) != dnnl_success ||
+        dnnl_primitive_attr_create(&attr))
         return;
     int ok = 1;
     if (p->alpha != 1.0f) ok = ok && dnnl_primitive_attr_set_output_scales(attr, 1, 0, &p->alpha) == dnnl_success;
@@ -190,7 +193,8 @@ static void build_product(cached_product *p) {
          dnnl_primitive_create(&p->primitive, desc) == dnnl_success &&
          dnnl_memory_create(&p->a, &a, onednn_engine, DNNL_MEMORY_NONE) == dnnl_success &&
          dnnl_memory_create(&p->b, &b, onednn_engine, DNNL_MEMORY_NONE) == dnnl_success &&
-         dnnl_memory_create(&p->c, &c, onednn_engine, DNNL_MEMORY_NONE) == dnnl_success;
+         dnnl_memory_create(&p->c, &c, onednn_engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         (!p->has_bias || dnnl_memory_create(&p->bias, &bias, onednn_engine, DNNL_MEMORY_NONE) == dnnl_success);
     if (desc) dnnl_primitive_desc_destroy(desc);
     if (post_ops) dnnl_post_ops_destroy(post_ops);
     dnnl_primitive_attr_destroy(attr);
@@ -256,8 +260,8 @@ dt_status k_bf16_gemm_from_environment(void) {
 
 /* This thread's primitive for the key, built on a miss; NULL when oneDNN
  * refuses it (or memory runs out). */
-static cached_product *cached_primitive(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
-                                        int64_t ldb, int64_t ldc, float alpha, float beta) {
+static cached_product *cached_primitive(int trans_a, int trans_b, int has_bias, int64_t M, int64_t N, int64_t K,
+                                        int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta) {
     product_cache *cache = thread_cache;
     if (!cache) {
         cache = calloc(1, sizeof *cache);
@@ -270,8 +274,9 @@ static cached_product *cached_primitive(int trans_a, int trans_b, int64_t M, int
     }
     for (int i = 0; i < PRIMITIVE_CACHE_SIZE; i++) {
         cached_product *p = &cache->entries[i];
-        if (p->used && p->trans_a == trans_a && p->trans_b == trans_b && p->M == M && p->N == N && p->K == K &&
-            p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->alpha == alpha && p->beta == beta)
+        if (p->used && p->trans_a == trans_a && p->trans_b == trans_b && p->has_bias == has_bias && p->M == M &&
+            p->N == N && p->K == K && p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->alpha == alpha &&
+            p->beta == beta)
             return p->failed ? NULL : p;
     }
     cached_product *p = &cache->entries[cache->next_victim];
@@ -280,6 +285,7 @@ static cached_product *cached_primitive(int trans_a, int trans_b, int64_t M, int
     *p = (cached_product){.used = 1,
                           .trans_a = trans_a,
                           .trans_b = trans_b,
+                          .has_bias = has_bias,
                           .M = M,
                           .N = N,
                           .K = K,
@@ -310,10 +316,11 @@ static const uint16_t *bf16_operand(scratch *s, const float *f32, const uint16_t
     return dst;
 }
 
-/* 1 when the product ran on oneDNN; 0 to widen instead. */
+/* 1 when the product ran on oneDNN; 0 to widen instead. bias [N] or NULL
+ * (with a bias, beta is 0: see k_gemm_bf16_bias). */
 static int onednn_product(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                           const uint16_t *A_bf16, int64_t lda, const float *B, const uint16_t *B_bf16, int64_t ldb,
-                          float beta, float *C, int64_t ldc) {
+                          float beta, const float *bias, float *C, int64_t ldc) {
     if (!onednn_available()) return 0;
     int64_t a_rows, a_cols, b_rows, b_cols;
     stored_extent(trans_a, M, K, &a_rows, &a_cols);
@@ -321,14 +328,16 @@ static int onednn_product(int trans_a, int trans_b, int64_t M, int64_t N, int64_
     const uint16_t *a = bf16_operand(&scratch_a, A, A_bf16, a_rows, a_cols, &lda);
     const uint16_t *b = bf16_operand(&scratch_b, B, B_bf16, b_rows, b_cols, &ldb);
     if (!a || !b) return 0;
-    cached_product *p = cached_primitive(trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta);
+    cached_product *p = cached_primitive(trans_a, trans_b, bias != NULL, M, N, K, lda, ldb, ldc, alpha, beta);
     if (!p) return 0;
     if (dnnl_memory_set_data_handle(p->a, (void *)a) != dnnl_success ||
         dnnl_memory_set_data_handle(p->b, (void *)b) != dnnl_success ||
-        dnnl_memory_set_data_handle(p->c, C) != dnnl_success)
+        dnnl_memory_set_data_handle(p->c, C) != dnnl_success ||
+        (bias && dnnl_memory_set_data_handle(p->bias, (void *)bias) != dnnl_success))
         return 0;
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}};
-    if (dnnl_primitive_execute(p->primitive, thread_cache->stream, 3, args) != dnnl_success) return 0;
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}, {DNNL_ARG_BIAS, p->bias}};
+    if (dnnl_primitive_execute(p->primitive, thread_cache->stream, bias ? 4 : 3, args) != dnnl_success) return 0;
     return dnnl_stream_wait(thread_cache->stream) == dnnl_success;
 }
 
@@ -359,8 +368,22 @@ dt_status k_gemm_bf16(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
         return DT_OK;
     }
     if (k_bf16_gemm_active() == K_BF16_GEMM_ONEDNN &&
-        onednn_product(trans_a, trans_b, M, N, K, alpha, A, A_bf16, lda, B, B_bf16, ldb, beta, C, ldc))
+        onednn_product(trans_a, trans_b, M, N, K, alpha, A, A_bf16, lda, B, B_bf16, ldb, beta, NULL, C, ldc))
         return DT_OK;
     /* the widen engine, or a shape oneDNN refused (the same numbers, its own sum order) */
     return widened_product(trans_a, trans_b, M, N, K, alpha, A, A_bf16, lda, B, B_bf16, ldb, beta, C, ldc);
+}
+
+dt_status k_gemm_bf16_bias(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                           const uint16_t *A_bf16, int64_t lda, const float *B, const uint16_t *B_bf16, int64_t ldb,
+                           const float *bias, float *C, int64_t ldc) {
+    if (!bias) return k_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, A_bf16, lda, B, B_bf16, ldb, 0.0f, C, ldc);
+    if (M <= 0 || N <= 0) return DT_OK;
+    if (K > 0 && alpha != 0.0f && k_bf16_gemm_active() == K_BF16_GEMM_ONEDNN &&
+        onednn_product(trans_a, trans_b, M, N, K, alpha, A, A_bf16, lda, B, B_bf16, ldb, 0.0f, bias, C, ldc))
+        return DT_OK;
+    /* the bias as C's first value, then the product added: the float32 linear map's order */
+    for (int64_t i = 0; i < M; i++)
+        memcpy(C + i * ldc, bias, (size_t)N * sizeof(float));
+    return k_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, A_bf16, lda, B, B_bf16, ldb, 1.0f, C, ldc);
 }

@@ -60,6 +60,17 @@ dt_status k_gemm_bf16(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                       const uint16_t *A_bf16, int64_t lda, const float *B, const uint16_t *B_bf16, int64_t ldb,
                       float beta, float *C, int64_t ldc);
 
+/* C [M,N] = alpha * op(A) · op(B) + bias [N] in every row (bias may be
+ * NULL: then C is overwritten with the product alone), operands as above.
+ * On oneDNN the bias is the matmul's own bias argument, added to the
+ * product's float32 sum; on the widen engine C starts as the bias and the
+ * product is added onto it (the float32 linear map's order). A float32 sum
+ * plus one float32 bias rounds the same either way. It saves a pass that
+ * writes the bias into C and the product's read of C back. */
+dt_status k_gemm_bf16_bias(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                           const uint16_t *A_bf16, int64_t lda, const float *B, const uint16_t *B_bf16, int64_t ldb,
+                           const float *bias, float *C, int64_t ldc);
+
 /* dst [n] = src [n] rounded to bfloat16 (nearest, ties to even; NaN stays a
  * quiet NaN), threaded over large n. The bf16 copies of the weights. */
 void k_bf16_round(uint16_t *dst, const float *src, int64_t n);

@@ -2,8 +2,8 @@
  * a float64 product of the bf16-rounded operands within a bound derived from
  * float32 summation, the widen engine bit for bit against k_gemm on
  * pre-rounded operands, a given bf16 copy against the float32 it was rounded
- * from, every transpose, alpha, beta and row stride, and proof the rounding
- * happens (the unrounded float32 product differs). */
+ * from, every transpose, alpha, beta and row stride, the bias form, and
+ * proof the rounding happens (the unrounded float32 product differs). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -146,6 +146,60 @@ Test(gemm_bf16, widen_is_float32_gemm_of_rounded_operands_bit_for_bit) {
     cr_assert(memcmp(got, unrounded, (size_t)(M * N) * sizeof *got) != 0);
     free(A), free(B), free(A_rounded), free(B_rounded), free(got), free(want), free(unrounded);
     k_bf16_gemm_reset();
+}
+
+/* k_gemm_bf16_bias: C = x W^T + bias against float64 on the rounded operands
+ * plus the bias, NaN in C beforehand never read, the padding between rows
+ * never written; on the widen engine bit for bit the bias written into C
+ * and the product added (beta = 1), and with bias = NULL the beta = 0
+ * product. */
+static void check_bias_product(k_bf16_gemm_engine engine) {
+    cr_assert_eq(k_bf16_gemm_force(engine), DT_OK, "%s", dt_error_message());
+    enum { M = 37, N = 29, K = 45, LDC = N + 3 };
+    dt_rng rng;
+    dt_rng_seed(&rng, 77);
+    float *A = random_floats(&rng, M * K), *W = random_floats(&rng, N * K), *bias = random_floats(&rng, N);
+    float *C = malloc(M * LDC * sizeof *C), *reference = malloc(M * LDC * sizeof *reference);
+    cr_assert(C && reference);
+    for (int64_t i = 0; i < M * LDC; i++)
+        C[i] = reference[i] = NAN;
+    cr_assert_eq(k_gemm_bf16_bias(0, 1, M, N, K, 1.0f, A, NULL, K, W, NULL, K, bias, C, LDC), DT_OK);
+    const double unit = ldexp(1.0, -23);
+    for (int64_t i = 0; i < M; i++) {
+        for (int64_t j = 0; j < N; j++) {
+            double exact = bias[j], magnitude = fabs(bias[j]);
+            for (int64_t k = 0; k < K; k++) {
+                const double product = (double)rounded(A[i * K + k]) * (double)rounded(W[j * K + k]);
+                exact += product;
+                magnitude += fabs(product);
+            }
+            cr_assert(fabs(C[i * LDC + j] - exact) <= (K + 2) * unit * magnitude, "%s C[%lld][%lld] = %.9g, %.9g",
+                      k_bf16_gemm_name(engine), (long long)i, (long long)j, C[i * LDC + j], exact);
+        }
+        for (int64_t j = N; j < LDC; j++)
+            cr_assert(isnan(C[i * LDC + j]), "padding written");
+    }
+    if (engine == K_BF16_GEMM_WIDEN) {
+        for (int64_t i = 0; i < M; i++)
+            memcpy(reference + i * LDC, bias, N * sizeof *bias);
+        k_gemm_bf16(0, 1, M, N, K, 1.0f, A, NULL, K, W, NULL, K, 1.0f, reference, LDC);
+        for (int64_t i = 0; i < M; i++)
+            cr_assert(!memcmp(C + i * LDC, reference + i * LDC, N * sizeof *C), "widen: row %lld differs",
+                      (long long)i);
+    }
+    /* no bias: the beta = 0 product */
+    cr_assert_eq(k_gemm_bf16_bias(0, 1, M, N, K, 1.0f, A, NULL, K, W, NULL, K, NULL, C, LDC), DT_OK);
+    k_gemm_bf16(0, 1, M, N, K, 1.0f, A, NULL, K, W, NULL, K, 0.0f, reference, LDC);
+    for (int64_t i = 0; i < M; i++)
+        cr_assert(!memcmp(C + i * LDC, reference + i * LDC, N * sizeof *C), "no bias: row %lld differs", (long long)i);
+    free(A), free(W), free(bias), free(C), free(reference);
+    k_bf16_gemm_reset();
+}
+
+Test(gemm_bf16, bias_product_adds_the_bias_once) {
+    check_bias_product(K_BF16_GEMM_WIDEN);
+    test_require_onednn_bf16();
+    check_bias_product(K_BF16_GEMM_ONEDNN);
 }
 
 /* beta = 0 overwrites C: NaN already there never leaks through. */
