@@ -46,10 +46,10 @@ static dt_status times_weight(ag_ctx *ctx, int trans_w, int64_t M, int64_t N, in
  * Rounding is deterministic, so both products read the bits they would have
  * rounded themselves; what is saved is a second conversion pass over x (in
  * a bf16 char step conversions were 16-18% of the time, and each layer's
- * d_y's were 3,456 of the 12,288 columns of M rows rounded twice). NULL when
- * the tape runs float32 products, or when scratch
- * runs out (then each product rounds x itself, the arena having recorded
- * why). Hand the copy back with ag_temp_release. */
+ * d_y's were 3,456 of the 12,288 columns of M rows rounded twice). NULL
+ * when the tape runs float32 products, or when scratch runs out (then each
+ * product rounds x itself, the arena having recorded why). Hand the copy
+ * back with ag_temp_release. */
 static uint16_t *rounded_once(ag_ctx *ctx, const float *x, int64_t n) {
     if (!ctx->bf16_products || n <= 0) return NULL;
     float *room = ag_temp(ctx, (n + 1) / 2); /* 2 bytes per element */
