@@ -4,8 +4,11 @@
  * that takes one value is refused when given twice (rather than "the last one
  * wins", which hides a typo in a long command line). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -35,5 +38,23 @@ dt_status cli_option_pair(int argc, char **argv, int *i, cli_seen *seen, const c
     if ((!repeatable || strcmp(a, repeatable) != 0) && cli_once(seen, a) != DT_OK) return DT_ERR;
     *name = a;
     *value = argv[++*i];
+    return DT_OK;
+}
+
+dt_status cli_check_output_dir(const char *option, const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash) {
+        snprintf(dir, sizeof dir, ".");
+    } else {
+        size_t len = slash == path ? 1 : (size_t)(slash - path);
+        if (len >= sizeof dir) return dt_errorf("%s '%s': the path is too long", option, path);
+        memcpy(dir, path, len);
+        dir[len] = '\0';
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0) return dt_errorf("%s '%s': directory '%s' does not exist", option, path, dir);
+    if (!S_ISDIR(st.st_mode)) return dt_errorf("%s '%s': '%s' is not a directory", option, path, dir);
+    if (access(dir, W_OK | X_OK) != 0) return dt_errorf("%s '%s': directory '%s' is not writable", option, path, dir);
     return DT_OK;
 }

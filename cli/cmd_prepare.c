@@ -136,6 +136,7 @@ int cmd_prepare(int argc, char **argv) {
 
     /* Validate everything before reading a byte. */
     if (!out_path) return fail("%s", "--out PATH is required");
+    if (cli_check_output_dir("--out", out_path) != DT_OK) return cli_fail("prepare");
     if (preset && n_inputs) return fail("%s", "use either --input or --preset, not both");
     if (!preset && !n_inputs) return fail("%s", "give --input FILE... or --preset kjv|pycode|large");
     for (int i = 0; i < n_inputs; i++)

@@ -10,7 +10,8 @@
  *  - a NaN weight in a model file is one line naming the tensor from `eval`,
  *    `generate` and `bench decode` (item 8; they printed "loss nan", NUL bytes);
  *  - `prepare --out` naming one of its --input files (the same path, or the
- *    same inode through a hard link) is refused and the corpus stays (item 4). */
+ *    same inode through a hard link) is refused and the corpus stays (item 4),
+ *    and `--out` into a missing directory is refused before any input is read. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <math.h>
@@ -159,6 +160,32 @@ Test(cli_reliability, prepare_refuses_out_equal_to_an_input) {
     cr_assert_eq(stat(corpus, &after), 0);
     cr_assert_eq(after.st_size, before.st_size, "the corpus was overwritten");
     cr_assert_eq(after.st_ino, before.st_ino, "the corpus was replaced");
+}
+
+Test(cli_reliability, prepare_into_a_missing_directory_fails_before_reading) {
+    /* The large preset reads and encodes for a minute before it writes: the
+     * missing directory must be named up front, not after the work. Each
+     * form of prepare (text, shards, synthetic) checks it. */
+    char corpus[160], args[768], *err = NULL;
+    snprintf(corpus, sizeof corpus, "%s/small.txt", work_dir);
+    FILE *f = fopen(corpus, "w");
+    cr_assert(f != NULL);
+    fprintf(f, "a line of text\n");
+    cr_assert_eq(fclose(f), 0);
+    const char *forms[] = {
+        "prepare --input '%s' --out '%s/no_such_dir/x.h5'",
+        "prepare --from llmc --train-file '%s' --val-file x.bin --vocab 300 --out '%s/no_such_dir/x.h5'",
+        "prepare --synthetic prefix-sum --out '%s/no_such_dir/x.h5'",
+    };
+    for (int i = 0; i < 3; i++) {
+        if (i < 2)
+            snprintf(args, sizeof args, forms[i], corpus, work_dir);
+        else
+            snprintf(args, sizeof args, forms[i], work_dir);
+        cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1, "%s: %s", args, err);
+        test_assert_one_line_error(err, "dbranch prepare: ", "no_such_dir' does not exist");
+        free(err);
+    }
 }
 
 Test(cli_reliability, nan_weights_are_refused_by_eval_generate_and_bench) {
