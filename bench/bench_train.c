@@ -586,7 +586,7 @@ static void print_run_json(FILE *out, const bench_run *r, const run_summary *s, 
         "\"params_flop_branch\": %lld, \"flops_per_token\": %.0f, \"step_ms\": %.4f, \"forward_ms\": %.4f, "
         "\"backward_ms\": %.4f, \"forward_backward_ms\": %.4f, \"optim_ms\": %.4f, \"forward_backward_cpu_ms\": %.4f, "
         "\"tokens_per_s\": %.2f, \"gflops\": %.3f, \"mfu\": %.4f, "
-        "\"first_loss\": %.6f, \"last_loss\": %.6f, \"closed_form_bytes\": %.0f}",
+        "\"first_loss\": %.9g, \"last_loss\": %.9g, \"closed_form_bytes\": %.0f}",
         r->label, model_branch_name(r->cfg.model.branch), train_precision_name(r->cfg.precision),
         (long long)cost->params_total, (long long)cost->params_flop, (long long)cost->params_flop_branch,
         cost->flops_per_token, 1e3 * s->step_s, 1e3 * s->forward_s, 1e3 * s->backward_s, 1e3 * s->region_s,

@@ -65,8 +65,10 @@ static void check_orders_agree(const char *spec, uint64_t seed) {
     cr_log_info("%s: grad diff/max %g, loss diff %g", spec, max_diff / max_grad,
                 fabs(scan.loss - tiled.loss) / fabs(scan.loss));
     /* Summation order only: observed <= 6e-6 of the largest gradient, 5e-5 with
-     * TriPLU's cubic products; a pair visited twice or never would be O(1). */
-    cr_expect(max_diff <= 1e-4 * max_grad, "%s: gradients differ by %g (largest %g)", spec, max_diff, max_grad);
+     * TriPLU's cubic products on Intel and 1.2e-4 on a Zen 4 (BLIS's zen4
+     * kernels sum in another order; the same at every DBRANCH_ISA level); a
+     * pair visited twice or never would be O(1). */
+    cr_expect(max_diff <= 4e-4 * max_grad, "%s: gradients differ by %g (largest %g)", spec, max_diff, max_grad);
     free(scan.grads);
     free(tiled.grads);
     free(tokens);
