@@ -511,10 +511,10 @@ int bench_decode_main(int argc, char **argv) {
             : o.probe_every == 0 ? "before and after: --probe-every 0"
                                  : "before and after: the model fits in the last-level cache");
     fprintf(table,
-            "weights %s, kernels %s (DBRANCH_ISA forces lower); this CPU: avx512_bf16 %s, amx_bf16 %s (bf16 "
-            "training's matrix units)\n",
-            weights_list, k_isa_name(k_isa_active()), cpu_bf16.avx512_bf16 ? "yes" : "no",
-            cpu_bf16.amx_bf16 ? "yes" : "no");
+            "weights %s, kernels %s (DBRANCH_ISA forces lower), matvec walk %s (DBRANCH_MATVEC); this CPU: "
+            "avx512_bf16 %s, amx_bf16 %s (bf16 training's matrix units)\n",
+            weights_list, k_isa_name(k_isa_active()), eval_matvec_walk_name(eval_matvec_walk_active()),
+            cpu_bf16.avx512_bf16 ? "yes" : "no", cpu_bf16.amx_bf16 ? "yes" : "no");
     fprintf(table, "%-15s %14s %14s %10s %12s %10s %8s %10s %8s%s\n", "mode", "prefill tok/s", "decode ms/tok", "tok/s",
             "MB read/tok", "GB/s", "% probe", "x baseline", "experts", o.n_weights > 1 ? "   x fp32" : "");
     for (int i = 0; i < n_arms; i++) {
@@ -553,9 +553,10 @@ int bench_decode_main(int argc, char **argv) {
                (long long)c->block_size);
         printf(" \"threads\": %d, \"prompt_len\": %lld, \"tokens\": %lld, \"matvec\": \"%s\",\n", threads,
                (long long)o.prompt_len, (long long)o.n_tokens, o.matvec == EVAL_MATVEC_OWN ? "own" : "blis");
-        printf(" \"weights\": \"%s\", \"isa\": \"%s\", \"cpu_avx512_bf16\": %s, \"cpu_amx_bf16\": %s,\n", weights_list,
-               k_isa_name(k_isa_active()), cpu_bf16.avx512_bf16 ? "true" : "false",
-               cpu_bf16.amx_bf16 ? "true" : "false");
+        printf(" \"weights\": \"%s\", \"isa\": \"%s\", \"matvec_walk\": \"%s\", \"cpu_avx512_bf16\": %s, "
+               "\"cpu_amx_bf16\": %s,\n",
+               weights_list, k_isa_name(k_isa_active()), eval_matvec_walk_name(eval_matvec_walk_active()),
+               cpu_bf16.avx512_bf16 ? "true" : "false", cpu_bf16.amx_bf16 ? "true" : "false");
         printf(" \"probe\": {\"best_gbps\": %.3f, \"median_gbps\": %.3f, \"mib\": %lld, \"passes\": %d, "
                "\"interleaved\": %s, \"every\": %lld, \"llc_bytes\": %ld},\n",
                probe_best, probe_median, (long long)o.probe_mib, n_probe, interleave ? "true" : "false",

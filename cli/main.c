@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "eval/matvec.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/isa.h"
 
@@ -66,8 +67,9 @@ int main(int argc, char **argv) {
         return checked_stdout(0);
     }
     /* DBRANCH_ISA: a lower kernel level (kernels/isa.h); DBRANCH_BF16_GEMM: the bf16 product engine
-     * (kernels/gemm_bf16.h) */
-    if (k_isa_from_environment() != DT_OK || k_bf16_gemm_from_environment() != DT_OK) {
+     * (kernels/gemm_bf16.h); DBRANCH_MATVEC: the decode matvec's walk (eval/matvec.h) */
+    if (k_isa_from_environment() != DT_OK || k_bf16_gemm_from_environment() != DT_OK ||
+        eval_matvec_walk_from_environment() != DT_OK) {
         fprintf(stderr, "dbranch: %s\n", dt_error_message());
         return 2;
     }

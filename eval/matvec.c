@@ -15,8 +15,12 @@
  * core, so it gets every trick; the one-row form does not need them.
  *
  * The AVX2 level does not interleave rows: it streams one row at a time
- * (block_dot_avx2's comment). The AVX-512 level keeps the eight-row blocks
- * measured above.
+ * (block_dot_avx2's comment). The AVX-512 level has both walks
+ * (eval_matvec_walk): the eight-row blocks measured above, its default on
+ * Intel, and the AVX2 level's one-row kernel, its default on AMD: on a Zen 4
+ * (2026-12-02, runs interleaved) the eight-row blocks streamed 110m
+ * decode's bf16 weights at 65-89 tok/s and the one-row kernel at 122-131
+ * (fp32: 55-66 against 64-83); docs/DECISIONS.md, "Decode matvec walk".
  *
  * Three instruction-set levels (kernels/isa.h), picked per block at run
  * time, each a block_dot_<level> instantiated for the constant block shapes
@@ -27,6 +31,7 @@
 #include "eval/matvec.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/isa.h"
@@ -279,12 +284,55 @@ DEFINE_JOB_BLOCK(job_block_avx512, TARGET_AVX512, block_dot_avx512)
 
 #endif
 
+/* ---- which walk the AVX-512 level takes ---------------------------------- */
+
+static int walk_forced = -1; /* -1: the CPU's default */
+
+eval_matvec_walk eval_matvec_walk_default(void) {
+#ifdef MATVEC_X86
+    /* Measured: interleaved on an AMX Xeon, rowwise on a Zen 4 (see above). */
+    return __builtin_cpu_is("amd") ? EVAL_MATVEC_ROWWISE : EVAL_MATVEC_INTERLEAVED;
+#else
+    return EVAL_MATVEC_INTERLEAVED;
+#endif
+}
+
+eval_matvec_walk eval_matvec_walk_active(void) {
+    return walk_forced < 0 ? eval_matvec_walk_default() : (eval_matvec_walk)walk_forced;
+}
+
+void eval_matvec_walk_force(eval_matvec_walk walk) { walk_forced = (int)walk; }
+void eval_matvec_walk_reset(void) { walk_forced = -1; }
+
+const char *eval_matvec_walk_name(eval_matvec_walk walk) {
+    return walk == EVAL_MATVEC_ROWWISE ? "rowwise" : "interleaved";
+}
+
+dt_status eval_matvec_walk_from_environment(void) {
+    const char *name = getenv("DBRANCH_MATVEC");
+    if (!name) return DT_OK;
+    if (!strcmp(name, "rowwise"))
+        eval_matvec_walk_force(EVAL_MATVEC_ROWWISE);
+    else if (!strcmp(name, "interleaved"))
+        eval_matvec_walk_force(EVAL_MATVEC_INTERLEAVED);
+    else
+        return dt_errorf("DBRANCH_MATVEC '%s': expected interleaved or rowwise", name);
+    return DT_OK;
+}
+
 /* Rows n0 .. n0+n_rows-1 (n_rows <= ROWS_PER_BLOCK) of one job at the active level, then the bias. */
 static inline void job_block(const eval_matvec_job *job, int64_t n0, int64_t n_rows) {
     switch (k_isa_active()) {
 #ifdef MATVEC_X86
     case K_ISA_AVX512:
-        job_block_avx512(job, n0, n_rows);
+        /* rowwise: the AVX2 level's one-row kernel. A 16-lane port of it
+         * measured slower on the Zen 4 it is for (110m decode, fp32 54-68
+         * against 64-77 tok/s, bf16 103-129 against 123-131; its 512-bit
+         * operations issue as two 256-bit halves), so there is none. */
+        if (eval_matvec_walk_active() == EVAL_MATVEC_ROWWISE)
+            job_block_avx2(job, n0, n_rows);
+        else
+            job_block_avx512(job, n0, n_rows);
         break;
     case K_ISA_AVX2:
         job_block_avx2(job, n0, n_rows);

@@ -27,6 +27,7 @@
 
 #include <stdint.h>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 /* out[M,N] = in[M,K] · weight[N,K]^T + bias[N]  (bias may be NULL).
@@ -65,5 +66,24 @@ void eval_matvec_batch(const eval_matvec_job *jobs, int n_jobs);
 /* Rows n0 .. n0 + n_rows - 1 of one job's output, on the calling thread
  * (the decode team, eval/team.h, hands out such ranges). */
 void eval_matvec_rows(const eval_matvec_job *job, int64_t n0, int64_t n_rows);
+
+/* How the AVX-512 level walks the weight rows: eight rows interleaved in
+ * 16 lanes (faster on an AMX Xeon, with a software prefetch of the next
+ * block) or one row at a time with the AVX2 level's kernel (faster on a
+ * Zen 4, whose prefetchers follow one stream better than eight). The AVX2
+ * level is always rowwise, portable C always eight rows. The default follows
+ * the CPU's vendor; DBRANCH_MATVEC (read once by the CLI) and the tests
+ * force either. The two walks sum in different orders, so their results
+ * differ in the last bits; each is deterministic and gives an input row the
+ * same bits with M = 1 and 2. */
+typedef enum { EVAL_MATVEC_INTERLEAVED = 0, EVAL_MATVEC_ROWWISE = 1 } eval_matvec_walk;
+eval_matvec_walk eval_matvec_walk_default(void);
+eval_matvec_walk eval_matvec_walk_active(void);
+/* Not for use while products run on other threads. */
+void eval_matvec_walk_force(eval_matvec_walk walk);
+void eval_matvec_walk_reset(void);
+const char *eval_matvec_walk_name(eval_matvec_walk walk);
+/* DBRANCH_MATVEC=interleaved|rowwise when set; another word is an error. */
+dt_status eval_matvec_walk_from_environment(void);
 
 #endif

@@ -1,6 +1,7 @@
 /* The decode-only multi-row GEMV (eval/matvec.h) against naive double loops,
  * on shapes that exercise every tail (K % 16, N % 4, odd M), at every
- * instruction-set level, with float32 and bf16 weights. */
+ * instruction-set level (and both walks of the AVX-512 one), with float32
+ * and bf16 weights. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +11,18 @@
 #include "eval/matvec.h"
 #include "kernels/isa.h"
 #include "kernels/type_traits.h"
+
+/* Every kernel this CPU runs: each instruction-set level, and at AVX-512
+ * both walks (eval_matvec_walk). */
+static int n_kernels(void) { return (int)k_isa_supported() + 1 + (k_isa_supported() == K_ISA_AVX512); }
+
+/* Forces kernel i of n_kernels() and returns its level. */
+static int force_kernel(int i) {
+    const int level = i > (int)K_ISA_AVX512 ? (int)K_ISA_AVX512 : i;
+    cr_assert_eq(k_isa_force((k_isa)level), DT_OK, "%s", dt_error_message());
+    eval_matvec_walk_force(i > (int)K_ISA_AVX512 ? EVAL_MATVEC_ROWWISE : EVAL_MATVEC_INTERLEAVED);
+    return level;
+}
 
 static void check_matvec(int64_t M, int64_t K, int64_t N, int with_bias) {
     dt_rng rng;
@@ -106,8 +119,8 @@ static void check_levels(int64_t M, int64_t K, int64_t N, int with_bias) {
         rounded[i] = k_bf16_to_float(k_bf16_from_float(w[i]));
     const float *b = with_bias ? bias : NULL;
     const double u = ldexp(1.0, -24), gamma = (double)(K + 1) * u / (1.0 - (double)(K + 1) * u);
-    for (int level = 0; level <= (int)k_isa_supported(); level++) {
-        cr_assert_eq(k_isa_force((k_isa)level), DT_OK, "%s", dt_error_message());
+    for (int kernel = 0; kernel < n_kernels(); kernel++) {
+        const int level = force_kernel(kernel);
         cr_assert_eq(k_isa_active(), (k_isa)level);
         eval_matvec(out32, in, rounded, b, M, K, N);
         eval_matvec_typed(out16, in, w16, DT_BF16, b, M, K, N);
@@ -133,6 +146,7 @@ static void check_levels(int64_t M, int64_t K, int64_t N, int with_bias) {
             }
     }
     k_isa_reset();
+    eval_matvec_walk_reset();
     free(in);
     free(w);
     free(rounded);
@@ -166,8 +180,8 @@ static void check_two_rows_as_one(int64_t K, int64_t N) {
     dt_rng_fill_normal(&rng, in, 2 * K, 1.0f);
     dt_rng_fill_normal(&rng, w, N * K, 1.0f);
     eval_matvec_bf16_pack(w16, w, N, K);
-    for (int level = 0; level <= (int)k_isa_supported(); level++) {
-        cr_assert_eq(k_isa_force((k_isa)level), DT_OK, "%s", dt_error_message());
+    for (int kernel = 0; kernel < n_kernels(); kernel++) {
+        const int level = force_kernel(kernel);
         for (int bf16 = 0; bf16 < 2; bf16++) {
             const void *weight = bf16 ? (const void *)w16 : (const void *)w;
             const dt_dtype type = bf16 ? DT_BF16 : DT_F32;
@@ -181,6 +195,7 @@ static void check_two_rows_as_one(int64_t K, int64_t N) {
         }
     }
     k_isa_reset();
+    eval_matvec_walk_reset();
     free(in);
     free(w);
     free(w16);
@@ -211,6 +226,45 @@ Test(matvec, isa_levels_forced_down_only) {
     cr_assert_eq(k_isa_active(), K_ISA_SCALAR);
     k_isa_reset();
     cr_assert_eq(k_isa_active(), k_isa_supported());
+}
+
+/* The AVX-512 level's rowwise walk is the AVX2 level's kernel, bit for bit,
+ * and the interleaved walk is another kernel (it sums in another order);
+ * DBRANCH_MATVEC's words. */
+Test(matvec, avx512_walks_are_two_kernels) {
+    cr_assert_eq(setenv("DBRANCH_MATVEC", "diagonal", 1), 0);
+    cr_assert_eq(eval_matvec_walk_from_environment(), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "'diagonal'"), "%s", dt_error_message());
+    cr_assert_eq(setenv("DBRANCH_MATVEC", "rowwise", 1), 0);
+    cr_assert_eq(eval_matvec_walk_from_environment(), DT_OK);
+    cr_assert_eq(eval_matvec_walk_active(), EVAL_MATVEC_ROWWISE);
+    cr_assert_eq(unsetenv("DBRANCH_MATVEC"), 0);
+    eval_matvec_walk_reset();
+    cr_assert_eq(eval_matvec_walk_active(), eval_matvec_walk_default());
+    if (k_isa_supported() < K_ISA_AVX512) {
+        cr_log_info("no AVX-512 on this CPU: the walks are not reachable");
+        return;
+    }
+    enum { M = 2, K = 768, N = 64 };
+    dt_rng rng;
+    dt_rng_seed(&rng, 77);
+    float *in = malloc(M * K * sizeof(float)), *w = malloc(N * K * sizeof(float));
+    float *avx2 = malloc(M * N * sizeof(float)), *rowwise = malloc(M * N * sizeof(float));
+    float *interleaved = malloc(M * N * sizeof(float));
+    dt_rng_fill_normal(&rng, in, M * K, 1.0f);
+    dt_rng_fill_normal(&rng, w, N * K, 1.0f);
+    cr_assert_eq(k_isa_force(K_ISA_AVX2), DT_OK);
+    eval_matvec(avx2, in, w, NULL, M, K, N);
+    cr_assert_eq(k_isa_force(K_ISA_AVX512), DT_OK);
+    eval_matvec_walk_force(EVAL_MATVEC_ROWWISE);
+    eval_matvec(rowwise, in, w, NULL, M, K, N);
+    eval_matvec_walk_force(EVAL_MATVEC_INTERLEAVED);
+    eval_matvec(interleaved, in, w, NULL, M, K, N);
+    cr_assert_arr_eq(rowwise, avx2, M * N * sizeof(float));
+    cr_assert(memcmp(interleaved, avx2, M * N * sizeof(float)) != 0, "the interleaved walk ran the one-row kernel");
+    k_isa_reset();
+    eval_matvec_walk_reset();
+    free(in), free(w), free(avx2), free(rowwise), free(interleaved);
 }
 
 /* The packed bf16 layout (matvec.h): element i of a full 32-block at 2i, 16+i at 2i+1, the tail in order. */
