@@ -159,9 +159,15 @@ row() {
     local name=$1 ref=$2 config=$3 corpus=$4
     shift 4
     # Once per name: two invocations side by side (different --seeds) both
-    # list every row, and the tables must show each row once.
-    awk -F'\t' -v n="$name" '$1 == n { found = 1 } END { exit !found }' "$OUT/$CURRENT/rows.tsv" 2>/dev/null ||
-        printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$ref" "$config" "$corpus" "$*" >>"$OUT/$CURRENT/rows.tsv"
+    # list every row, and the tables must show each row once. The check and
+    # the append hold a lock on the file: two invocations started in the
+    # same second had each found "base" missing and both added it (the D = 20
+    # table of 2026-12-02 then counted every baseline twice).
+    {
+        flock 9
+        awk -F'\t' -v n="$name" '$1 == n { found = 1 } END { exit !found }' "$OUT/$CURRENT/rows.tsv" 2>/dev/null ||
+            printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$ref" "$config" "$corpus" "$*" >>"$OUT/$CURRENT/rows.tsv"
+    } 9>>"$OUT/$CURRENT/rows.tsv"
     [ -z "$ROWS" ] || [[ " $ROWS " == *" $name "* ]] || return 0
     local seed
     for seed in $SEEDS; do
