@@ -17,7 +17,9 @@
 #
 # Environment: DSWEEP_FAMILY (llama, the default, or nanogpt: the issue's
 # second family, study_dsweep_nanogpt.ini, results in OUT/dsweep-nanogpt/
-# instead of OUT/dsweep/), DSWEEP_CONFIG (default study_dsweep.ini, under
+# instead of OUT/dsweep/), DSWEEP_PRECISION (fp32, the default, or bf16:
+# every run with train.precision = bf16, results in OUT/dsweep-bf16/ or
+# OUT/dsweep-nanogpt-bf16/), DSWEEP_CONFIG (default study_dsweep.ini, under
 # experiments/configs/), DSWEEP_CORPUS (default large_bpe4096: `dbranch
 # prepare --preset large --tokenizer bpe --vocab 4096`, made on first use;
 # --quick: kjv, byte tokens; V 8192: DSWEEP_CONFIG=paper_recipe.ini
@@ -127,6 +129,17 @@ study_dsweep() {
     llama) default_config=study_dsweep.ini DSWEEP_DIR=dsweep ;;
     nanogpt) default_config=study_dsweep_nanogpt.ini DSWEEP_DIR=dsweep-nanogpt ;;
     *) echo "run.sh dsweep: DSWEEP_FAMILY = '$DSWEEP_FAMILY' must be llama|nanogpt" >&2; exit 2 ;;
+    esac
+    # The precision series: bf16 runs (train.precision = bf16 for every arm
+    # and seed) go to their own folder, OUT/<dir>-bf16/, so a pair never
+    # mixes precisions and the fp32 series stays as it ran.
+    case "${DSWEEP_PRECISION:-fp32}" in
+    fp32) ;;
+    bf16)
+        DSWEEP_DIR=$DSWEEP_DIR-bf16
+        EXTRA_SETS+=(--set train.precision=bf16)
+        ;;
+    *) echo "run.sh dsweep: DSWEEP_PRECISION = '$DSWEEP_PRECISION' must be fp32|bf16" >&2; exit 2 ;;
     esac
     local config=${DSWEEP_CONFIG:-$default_config} corpus=${DSWEEP_CORPUS:-large_bpe4096} params=${DSWEEP_PARAMS:-}
     if [ "$QUICK" = 1 ]; then
