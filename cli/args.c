@@ -4,7 +4,7 @@
  * that takes one value is refused when given twice (rather than "the last one
  * wins", which hides a typo in a long command line). */
 #include <errno.h>
-#include <stdio.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -42,19 +42,17 @@ dt_status cli_option_pair(int argc, char **argv, int *i, cli_seen *seen, const c
 }
 
 dt_status cli_check_output_dir(const char *option, const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) {
-        snprintf(dir, sizeof dir, ".");
-    } else {
-        size_t len = slash == path ? 1 : (size_t)(slash - path);
-        if (len >= sizeof dir) return dt_errorf("%s '%s': the path is too long", option, path);
-        memcpy(dir, path, len);
-        dir[len] = '\0';
-    }
+    char *copy = strdup(path);
+    if (!copy) return dt_errorf("%s '%s': out of memory", option, path);
+    const char *dir = dirname(copy); /* "." for a bare file name */
     struct stat st;
-    if (stat(dir, &st) != 0) return dt_errorf("%s '%s': directory '%s' does not exist", option, path, dir);
-    if (!S_ISDIR(st.st_mode)) return dt_errorf("%s '%s': '%s' is not a directory", option, path, dir);
-    if (access(dir, W_OK | X_OK) != 0) return dt_errorf("%s '%s': directory '%s' is not writable", option, path, dir);
-    return DT_OK;
+    dt_status status = DT_OK;
+    if (stat(dir, &st) != 0)
+        status = dt_errorf("%s '%s': directory '%s' does not exist", option, path, dir);
+    else if (!S_ISDIR(st.st_mode))
+        status = dt_errorf("%s '%s': '%s' is not a directory", option, path, dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        status = dt_errorf("%s '%s': directory '%s' is not writable", option, path, dir);
+    free(copy);
+    return status;
 }

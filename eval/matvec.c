@@ -327,21 +327,35 @@ dt_status eval_matvec_walk_from_environment(void) {
     return DT_OK;
 }
 
-/* Rows n0 .. n0+n_rows-1 (n_rows <= ROWS_PER_BLOCK) of one job at the active level, then the bias. */
-static inline void job_block(const eval_matvec_job *job, int64_t n0, int64_t n_rows) {
+/* The block kernel of the active level and walk, looked up once per call,
+ * not per block. The AVX-512 level's rowwise walk is the AVX2 level's
+ * one-row kernel: a 16-lane port of it measured slower on the Zen 4 it is
+ * for (110m decode, fp32 54-68 against 64-77 tok/s, bf16 103-129 against
+ * 123-131; its 512-bit operations issue as two 256-bit halves), so there is
+ * none. */
+typedef enum { BLOCKS_PORTABLE, BLOCKS_ONE_ROW, BLOCKS_EIGHT_ROWS } block_kernel;
+
+static block_kernel active_block_kernel(void) {
     switch (k_isa_active()) {
 #ifdef MATVEC_X86
     case K_ISA_AVX512:
-        /* rowwise: the AVX2 level's one-row kernel. A 16-lane port of it
-         * measured slower on the Zen 4 it is for (110m decode, fp32 54-68
-         * against 64-77 tok/s, bf16 103-129 against 123-131; its 512-bit
-         * operations issue as two 256-bit halves), so there is none. */
-        if (eval_matvec_walk_active() == EVAL_MATVEC_ROWWISE)
-            job_block_avx2(job, n0, n_rows);
-        else
-            job_block_avx512(job, n0, n_rows);
-        break;
+        return eval_matvec_walk_active() == EVAL_MATVEC_ROWWISE ? BLOCKS_ONE_ROW : BLOCKS_EIGHT_ROWS;
     case K_ISA_AVX2:
+        return BLOCKS_ONE_ROW;
+#endif
+    default:
+        return BLOCKS_PORTABLE;
+    }
+}
+
+/* Rows n0 .. n0+n_rows-1 (n_rows <= ROWS_PER_BLOCK) of one job with `kernel`, then the bias. */
+static inline void job_block(block_kernel kernel, const eval_matvec_job *job, int64_t n0, int64_t n_rows) {
+    switch (kernel) {
+#ifdef MATVEC_X86
+    case BLOCKS_EIGHT_ROWS:
+        job_block_avx512(job, n0, n_rows);
+        break;
+    case BLOCKS_ONE_ROW:
         job_block_avx2(job, n0, n_rows);
         break;
 #endif
@@ -357,9 +371,10 @@ static inline void job_block(const eval_matvec_job *job, int64_t n0, int64_t n_r
 
 // rows n0 .. n0+n_rows-1 of job->out
 void eval_matvec_rows(const eval_matvec_job *job, int64_t n0, int64_t n_rows) {
+    const block_kernel kernel = active_block_kernel();
     for (int64_t n = n0; n < n0 + n_rows; n += ROWS_PER_BLOCK) {
         int64_t left = n0 + n_rows - n;
-        job_block(job, n, left < ROWS_PER_BLOCK ? left : ROWS_PER_BLOCK);
+        job_block(kernel, job, n, left < ROWS_PER_BLOCK ? left : ROWS_PER_BLOCK);
     }
 }
 
@@ -373,13 +388,14 @@ void eval_matvec_batch(const eval_matvec_job *jobs, int n_jobs) {
         elements += jobs[j].N * jobs[j].K;
     }
     int64_t n_blocks = first_block[n_jobs];
+    const block_kernel kernel = active_block_kernel();
 #pragma omp parallel for schedule(static) if (elements >= PARALLEL_MIN_ELEMENTS)
     for (int64_t b = 0; b < n_blocks; b++) {
         int j = 0;
         while (b >= first_block[j + 1])
             j++;
         int64_t n0 = (b - first_block[j]) * ROWS_PER_BLOCK, left = jobs[j].N - n0;
-        job_block(&jobs[j], n0, left < ROWS_PER_BLOCK ? left : ROWS_PER_BLOCK);
+        job_block(kernel, &jobs[j], n0, left < ROWS_PER_BLOCK ? left : ROWS_PER_BLOCK);
     }
 }
 
