@@ -7,6 +7,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops_internal.h"
 #include "kernels/attention.h"
+#include "kernels/attention_amx.h"
 #include "kernels/rope.h"
 
 /* ---- rope: x [B,T,H*hd] rotated at positions 0..T-1 ---- */
@@ -55,13 +56,38 @@ dt_tensor *ag_rope(ag_ctx *ctx, dt_tensor *x, int64_t n_head, double theta) {
 /* ---- attention: q [B,T,H*hd]; k, v [B,T,Hkv*hd] -> out [B,T,H*hd] ----
  * Saved: lse [B,H,T], followed by a copy of the slopes [H] when the scores
  * carry ALiBi's bias (iarg[2] = 1), so the node does not depend on the
- * caller's array living on. */
+ * caller's array living on. Under bf16 products (ctx->bf16_products) the
+ * unbiased attention runs on AMX tiles where the CPU has them and the shape
+ * is served (kernels/attention_amx.h); iarg[3] = 1 says so, and the backward
+ * then runs the same engine. */
+
+/* 1 when this attention's products run on the AMX kernels. */
+static int uses_amx(const ag_ctx *ctx, const float *slopes, int64_t H, int64_t Hkv, int64_t head_dim) {
+    return ctx->bf16_products && !slopes && k_bf16_attention_active() == K_BF16_ATTENTION_AMX &&
+           k_attention_amx_serves(H, Hkv, head_dim);
+}
 
 static void attention_backward(ag_ctx *ctx, ag_node *node) {
     dt_tensor *q = node->in[0], *k = node->in[1], *v = node->in[2], *out = node->out;
     int64_t B = q->shape[0], T = q->shape[1], H = node->iarg[0], Hkv = node->iarg[1], head_dim = q->shape[2] / H;
     const float *lse = node->saved;                               /* [B,H,T] */
     const float *slopes = node->iarg[2] ? lse + B * H * T : NULL; /* [H] */
+    if (node->iarg[3]) {
+        float *d_q = NULL, *d_k = NULL, *d_v = NULL;
+        int accumulate_q = 1, accumulate_k = 1, accumulate_v = 1;
+        if (q == k || q == v || k == v) { /* one tensor in two roles: its gradient takes both sums */
+            d_q = ag_grad(ctx, q), d_k = ag_grad(ctx, k), d_v = ag_grad(ctx, v);
+        } else {
+            d_q = ag_grad_for_write(ctx, q, &accumulate_q);
+            d_k = ag_grad_for_write(ctx, k, &accumulate_k);
+            d_v = ag_grad_for_write(ctx, v, &accumulate_v);
+        }
+        void *scratch = ag_scratch(ctx, k_attention_amx_backward_scratch(B, T, H, Hkv, head_dim));
+        if (!scratch) return;
+        k_attention_amx_backward(d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, out->grad, dt_f32(q),
+                                 dt_f32(k), dt_f32(v), dt_f32(out), lse, B, T, H, Hkv, head_dim, scratch);
+        return;
+    }
     int64_t scratch_floats = k_attention_backward_scratch(B, T, H, Hkv, head_dim);
     float *scratch = ag_scratch(ctx, (size_t)(scratch_floats > 0 ? scratch_floats : 1) * sizeof(float));
     if (!scratch) return;             /* out of memory: the arena said why, and ag_backward fails */
@@ -106,7 +132,13 @@ dt_tensor *ag_attention_biased(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tenso
         memcpy(lse + B * H * T, slopes, (size_t)H * sizeof(float));
         slopes = lse + B * H * T;
     }
-    k_attention_forward_biased(dt_f32(out), lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, head_dim, slopes);
+    const int amx = uses_amx(ctx, slopes, H, Hkv, head_dim);
+    if (amx) {
+        void *scratch = ag_scratch(ctx, k_attention_amx_forward_scratch(B, T, Hkv, head_dim));
+        if (!scratch) return NULL;
+        k_attention_amx_forward(dt_f32(out), lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, head_dim, scratch);
+    } else
+        k_attention_forward_biased(dt_f32(out), lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, head_dim, slopes);
     dt_tensor *inputs[3] = {q, k, v};
     if (ag_needs_grad(ctx, inputs, 3)) {
         ag_node *node = ag_record(ctx, op, attention_backward, out, inputs, 3);
@@ -115,6 +147,7 @@ dt_tensor *ag_attention_biased(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tenso
         node->iarg[0] = H;
         node->iarg[1] = Hkv;
         node->iarg[2] = slopes != NULL;
+        node->iarg[3] = amx;
     }
     return out;
 }

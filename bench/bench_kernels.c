@@ -26,6 +26,7 @@
 #include "bench/timing.h"
 #include "core/rng.h"
 #include "kernels/attention.h"
+#include "kernels/attention_amx.h"
 #include "kernels/gemm.h"
 
 typedef struct {
@@ -121,28 +122,42 @@ static void time_gemm(const gemm_case *c, const gemm_buffers *buf, int repeat, d
 
 typedef struct {
     float *q, *k, *v, *out, *lse, *d_out, *d_q, *d_k, *d_v, *scratch;
+    void *amx_scratch; /* NULL without AMX */
 } attention_buffers;
 
 typedef struct {
     double forward, backward, both; /* GFLOP/s */
 } attention_rates;
 
-static attention_rates time_attention(const attention_case *c, const attention_buffers *buf, int repeat,
+/* One forward (+ backward) on the float32 kernels, or on the AMX bf16 ones. */
+static void attention_forward(const attention_case *c, const attention_buffers *buf, int amx) {
+    if (amx)
+        k_attention_amx_forward(buf->out, buf->lse, buf->q, buf->k, buf->v, c->B, c->T, c->H, c->Hkv, c->head_dim,
+                                buf->amx_scratch);
+    else
+        k_attention_forward(buf->out, buf->lse, buf->q, buf->k, buf->v, c->B, c->T, c->H, c->Hkv, c->head_dim);
+}
+static void attention_backward(const attention_case *c, const attention_buffers *buf, int amx) {
+    if (amx)
+        k_attention_amx_backward(buf->d_q, 0, buf->d_k, 0, buf->d_v, 0, buf->d_out, buf->q, buf->k, buf->v, buf->out,
+                                 buf->lse, c->B, c->T, c->H, c->Hkv, c->head_dim, buf->amx_scratch);
+    else
+        k_attention_backward(buf->d_q, buf->d_k, buf->d_v, buf->d_out, buf->q, buf->k, buf->v, buf->out, buf->lse, c->B,
+                             c->T, c->H, c->Hkv, c->head_dim, buf->scratch);
+}
+
+static attention_rates time_attention(const attention_case *c, const attention_buffers *buf, int amx, int repeat,
                                       double *times) {
     const double forward_flops = 4.0 * (double)c->T * (double)c->T * (double)c->head_dim * (double)(c->B * c->H) / 2.0;
     attention_rates rates;
     /* warm-up, and a valid out/lse for the backward runs */
-    k_attention_forward(buf->out, buf->lse, buf->q, buf->k, buf->v, c->B, c->T, c->H, c->Hkv, c->head_dim);
-    k_attention_backward(buf->d_q, buf->d_k, buf->d_v, buf->d_out, buf->q, buf->k, buf->v, buf->out, buf->lse, c->B,
-                         c->T, c->H, c->Hkv, c->head_dim, buf->scratch);
+    attention_forward(c, buf, amx);
+    attention_backward(c, buf, amx);
     for (int pass = 0; pass < 3; pass++) {
         for (int r = 0; r < repeat; r++) {
             const double start = omp_get_wtime();
-            if (pass != 1)
-                k_attention_forward(buf->out, buf->lse, buf->q, buf->k, buf->v, c->B, c->T, c->H, c->Hkv, c->head_dim);
-            if (pass != 0)
-                k_attention_backward(buf->d_q, buf->d_k, buf->d_v, buf->d_out, buf->q, buf->k, buf->v, buf->out,
-                                     buf->lse, c->B, c->T, c->H, c->Hkv, c->head_dim, buf->scratch);
+            if (pass != 1) attention_forward(c, buf, amx);
+            if (pass != 0) attention_backward(c, buf, amx);
             times[r] = omp_get_wtime() - start;
         }
         const double seconds = bench_median_sort(times, repeat);
@@ -195,6 +210,7 @@ int bench_kernels_main(int argc, char **argv) {
     gemm_buffers gemm = {bench_alloc(gemm_a, &rng, &ok), bench_alloc(gemm_b, &rng, &ok),
                          bench_alloc(gemm_c, &rng, &ok)};
     int64_t q_floats = 0, kv_floats = 0, lse_floats = 0, scratch_floats = 0;
+    size_t amx_bytes = 0;
     for (int i = 0; i < N_ATTENTION_CASES; i++) {
         const attention_case *c = &attention_cases[i];
         const int64_t nq = c->B * c->T * c->H * c->head_dim, nkv = c->B * c->T * c->Hkv * c->head_dim;
@@ -203,12 +219,24 @@ int bench_kernels_main(int argc, char **argv) {
         kv_floats = nkv > kv_floats ? nkv : kv_floats;
         lse_floats = c->B * c->H * c->T > lse_floats ? c->B * c->H * c->T : lse_floats;
         scratch_floats = ns > scratch_floats ? ns : scratch_floats;
+        const size_t forward_bytes = k_attention_amx_forward_scratch(c->B, c->T, c->Hkv, c->head_dim);
+        const size_t backward_bytes = k_attention_amx_backward_scratch(c->B, c->T, c->H, c->Hkv, c->head_dim);
+        amx_bytes = forward_bytes > amx_bytes ? forward_bytes : amx_bytes;
+        amx_bytes = backward_bytes > amx_bytes ? backward_bytes : amx_bytes;
     }
-    attention_buffers attn = {bench_alloc(q_floats, &rng, &ok),   bench_alloc(kv_floats, &rng, &ok),
-                              bench_alloc(kv_floats, &rng, &ok),  bench_alloc(q_floats, &rng, &ok),
-                              bench_alloc(lse_floats, &rng, &ok), bench_alloc(q_floats, &rng, &ok),
-                              bench_alloc(q_floats, &rng, &ok),   bench_alloc(kv_floats, &rng, &ok),
-                              bench_alloc(kv_floats, &rng, &ok),  bench_alloc(scratch_floats, &rng, &ok)};
+    attention_buffers attn = {bench_alloc(q_floats, &rng, &ok),
+                              bench_alloc(kv_floats, &rng, &ok),
+                              bench_alloc(kv_floats, &rng, &ok),
+                              bench_alloc(q_floats, &rng, &ok),
+                              bench_alloc(lse_floats, &rng, &ok),
+                              bench_alloc(q_floats, &rng, &ok),
+                              bench_alloc(q_floats, &rng, &ok),
+                              bench_alloc(kv_floats, &rng, &ok),
+                              bench_alloc(kv_floats, &rng, &ok),
+                              bench_alloc(scratch_floats, &rng, &ok),
+                              NULL};
+    const int amx = k_attention_amx_available();
+    if (amx && !(attn.amx_scratch = aligned_alloc(64, (amx_bytes + 63) / 64 * 64))) ok = 0;
     double *times = malloc(2 * (size_t)repeat * sizeof(double));
     int status = 0;
     if (!ok || !times) {
@@ -240,22 +268,26 @@ int bench_kernels_main(int argc, char **argv) {
         const double gemm_mean = sum_wrapper / N_GEMM_CASES;
         printf("%-26s %28s %9.1f %9.1f %7.3f\n", "mean", "", gemm_mean, sum_raw / N_GEMM_CASES, sum_wrapper / sum_raw);
 
-        printf("\n%-34s %9s %9s %9s %12s\n", "attention (causal)", "forward", "backward", "fwd+bwd", "fwd+bwd/GEMM");
-        for (int i = 0; i < N_ATTENTION_CASES; i++) {
-            const attention_rates rates = time_attention(&attention_cases[i], &attn, repeat, times);
-            printf("%-34s %9.1f %9.1f %9.1f %12.3f\n", attention_cases[i].name, rates.forward, rates.backward,
-                   rates.both, rates.both / gemm_mean);
-            fflush(stdout);
-        }
+        printf("\n%-42s %9s %9s %9s %12s\n", "attention (causal)", "forward", "backward", "fwd+bwd", "fwd+bwd/GEMM");
+        for (int i = 0; i < N_ATTENTION_CASES; i++)
+            for (int engine = 0; engine <= amx; engine++) {
+                const attention_rates rates = time_attention(&attention_cases[i], &attn, engine, repeat, times);
+                char name[64];
+                snprintf(name, sizeof name, "%s%s", attention_cases[i].name, engine ? " bf16 AMX" : "");
+                printf("%-42s %9.1f %9.1f %9.1f %12.3f\n", name, rates.forward, rates.backward, rates.both,
+                       rates.both / gemm_mean);
+                fflush(stdout);
+            }
     }
     printf("\nratio: k_gemm / bli_sgemm per shape; fwd+bwd/GEMM: attention forward+backward\n"
-           "GFLOP/s over the mean k_gemm GFLOP/s at the same thread count.\n");
+           "GFLOP/s over the mean k_gemm GFLOP/s at the same thread count; bf16 AMX: the\n"
+           "attention of bf16 training on AMX tiles (kernels/attention_amx.h), where the CPU has them.\n");
     k_set_threads(saved_threads);
 
 done:
     free(gemm.A), free(gemm.B), free(gemm.C);
     free(attn.q), free(attn.k), free(attn.v), free(attn.out), free(attn.lse), free(attn.d_out);
-    free(attn.d_q), free(attn.d_k), free(attn.d_v), free(attn.scratch);
+    free(attn.d_q), free(attn.d_k), free(attn.d_v), free(attn.scratch), free(attn.amx_scratch);
     free(times);
     return status;
 }

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "eval/matvec.h"
+#include "kernels/attention_amx.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/isa.h"
 
@@ -32,7 +33,8 @@ static void usage(FILE *out) {
     fprintf(out, "\nenvironment (for measuring kernels against each other; the defaults follow the CPU):\n"
                  "  DBRANCH_ISA=avx512|avx2|scalar        run the kernels at a lower instruction-set level\n"
                  "  DBRANCH_MATVEC=interleaved|rowwise    the decode matvec's walk at the AVX-512 level\n"
-                 "  DBRANCH_BF16_GEMM=onednn|widen        the engine of bf16 training's matrix products\n");
+                 "  DBRANCH_BF16_GEMM=onednn|widen        the engine of bf16 training's matrix products\n"
+                 "  DBRANCH_BF16_ATTENTION=amx|fp32       the engine of bf16 training's attention\n");
 }
 
 int cli_wants_help(int argc, char **argv) {
@@ -70,10 +72,11 @@ int main(int argc, char **argv) {
         printf("dbranch %s\n", DBRANCH_VERSION);
         return checked_stdout(0);
     }
-    /* DBRANCH_ISA: a lower kernel level (kernels/isa.h); DBRANCH_BF16_GEMM: the bf16 product engine
-     * (kernels/gemm_bf16.h); DBRANCH_MATVEC: the decode matvec's walk (eval/matvec.h) */
+    /* DBRANCH_ISA: a lower kernel level (kernels/isa.h); DBRANCH_BF16_GEMM, DBRANCH_BF16_ATTENTION: the
+     * bf16 product and attention engines (kernels/gemm_bf16.h, kernels/attention_amx.h); DBRANCH_MATVEC:
+     * the decode matvec's walk (eval/matvec.h) */
     if (k_isa_from_environment() != DT_OK || k_bf16_gemm_from_environment() != DT_OK ||
-        eval_matvec_walk_from_environment() != DT_OK) {
+        k_bf16_attention_from_environment() != DT_OK || eval_matvec_walk_from_environment() != DT_OK) {
         fprintf(stderr, "dbranch: %s\n", dt_error_message());
         return 2;
     }

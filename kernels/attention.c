@@ -47,9 +47,7 @@
 #include "core/error.h"
 #include "kernels/vec_math.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "kernels/transpose16.h"
 
 /* Queries and keys per tile. Equal on purpose: only the diagonal tile of a
  * query tile needs the causal mask, and the keys past T only ever appear in a
@@ -288,37 +286,6 @@ static void load_rows_padded(float *restrict dst, int hd_pad, const float *restr
     }
 }
 
-#if defined(__AVX512F__)
-/* Transposes the 16 x 16 block held in rows[0..15] in place (rows[j] then
- * holds column j): pairs, then quads within 128-bit lanes, then lanes. */
-static inline void transpose16(__m512 rows[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        rows[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        rows[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        rows[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        rows[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    /* rows[4g + j], lane l: column 4l + j of source rows 4g..4g+3 */
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(rows[i], rows[4 + i], 0x88);
-        t[4 + i] = _mm512_shuffle_f32x4(rows[i], rows[4 + i], 0xDD);
-        t[8 + i] = _mm512_shuffle_f32x4(rows[8 + i], rows[12 + i], 0x88);
-        t[12 + i] = _mm512_shuffle_f32x4(rows[8 + i], rows[12 + i], 0xDD);
-    }
-    for (int i = 0; i < 4; i++) {
-        rows[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-        rows[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
-        rows[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
-        rows[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
-    }
-}
-#endif
-
 /* dst [hd, TILE] = scale * (n_rows rows of src, row stride ld)^T; columns past
  * n_rows are zero. */
 static void load_transposed(float *restrict dst, const float *restrict src, int64_t ld, int n_rows, int hd,
@@ -335,7 +302,7 @@ static void load_transposed(float *restrict dst, const float *restrict src, int6
             for (int i = 0; i < 16; i++)
                 block[i] = r0 + i < n_rows ? _mm512_maskz_loadu_ps(lanes, src + (int64_t)(r0 + i) * ld + d0)
                                            : _mm512_setzero_ps();
-            transpose16(block);
+            k_transpose16(block);
             for (int j = 0; j < width; j++)
                 _mm512_storeu_ps(dst + (d0 + j) * TILE + r0, _mm512_mul_ps(block[j], scale16));
         }

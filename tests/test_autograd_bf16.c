@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "autograd/ops.h"
+#include "kernels/attention.h"
+#include "kernels/attention_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/type_traits.h"
@@ -342,4 +344,53 @@ Test(bf16_ops, onednn_engine_agrees_with_widen) {
         cr_assert(fabsf(dt_f32(widened)[i] - dt_f32(onednn)[i]) <= 1e-5f * (1.0f + fabsf(dt_f32(widened)[i])),
                   "[%lld] widen %.9g, onednn %.9g", (long long)i, dt_f32(widened)[i], dt_f32(onednn)[i]);
     dt_tensor_free(x), dt_tensor_free(W), dt_tensor_free(b);
+}
+
+/* Attention under bf16 products runs the AMX kernels where the CPU has them
+ * (kernels/attention_amx.h), forward and backward, and the float32 kernels
+ * otherwise, with ALiBi's bias, or with DBRANCH_BF16_ATTENTION=fp32: the
+ * op's output and gradients are those kernels' bits. */
+static void check_attention_engine(int bf16_products, const float *slopes, int expect_amx) {
+    enum { B = 2, T = 70, H = 2, Hkv = 1, HD = 32 };
+    dt_tensor *q = param(61, DT_SHAPE(B, T, H * HD)), *k = param(62, DT_SHAPE(B, T, Hkv * HD));
+    dt_tensor *v = param(63, DT_SHAPE(B, T, Hkv * HD)), *R = param(64, DT_SHAPE(B, T, H * HD));
+    R->requires_grad = 0;
+    ag_reset(&ctx);
+    ctx.bf16_products = bf16_products;
+    dt_tensor *out = ag_attention_biased(&ctx, q, k, v, H, Hkv, slopes);
+    cr_assert_not_null(out, "%s", dt_error_message());
+    cr_assert_eq(ag_backward(&ctx, ag_sum(&ctx, ag_mul(&ctx, out, R))), DT_OK, "%s", dt_error_message());
+
+    float want_out[B * T * H * HD], lse[B * H * T], d_q[B * T * H * HD], d_k[B * T * Hkv * HD], d_v[B * T * Hkv * HD];
+    if (expect_amx) {
+        static _Alignas(64) unsigned char scratch[1 << 20];
+        cr_assert(k_attention_amx_backward_scratch(B, T, H, Hkv, HD) <= sizeof scratch);
+        k_attention_amx_forward(want_out, lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, HD, scratch);
+        k_attention_amx_backward(d_q, 0, d_k, 0, d_v, 0, dt_f32(R), dt_f32(q), dt_f32(k), dt_f32(v), want_out, lse, B,
+                                 T, H, Hkv, HD, scratch);
+    } else {
+        static float scratch[B * H * T];
+        cr_assert(k_attention_backward_scratch(B, T, H, Hkv, HD) <= (int64_t)(sizeof scratch / sizeof *scratch));
+        k_attention_forward_biased(want_out, lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, HD, slopes);
+        k_attention_backward_biased(d_q, 0, d_k, 0, d_v, 0, dt_f32(R), dt_f32(q), dt_f32(k), dt_f32(v), want_out, lse,
+                                    B, T, H, Hkv, HD, slopes, scratch);
+    }
+    const char *engine = expect_amx ? "the AMX kernels" : "the float32 kernels";
+    cr_assert(!memcmp(out->data, want_out, sizeof want_out), "attention's output is not %s'", engine);
+    cr_assert(!memcmp(q->grad, d_q, sizeof d_q), "d_q is not %s'", engine);
+    cr_assert(!memcmp(k->grad, d_k, sizeof d_k), "d_k is not %s'", engine);
+    cr_assert(!memcmp(v->grad, d_v, sizeof d_v), "d_v is not %s'", engine);
+    ctx.bf16_products = 0;
+    dt_tensor_free(q), dt_tensor_free(k), dt_tensor_free(v), dt_tensor_free(R);
+}
+
+Test(bf16_ops, attention_engine_follows_precision_and_cpu) {
+    const int amx = k_attention_amx_available();
+    const float slopes[2] = {0.5f, 0.25f};
+    check_attention_engine(1, NULL, amx);
+    check_attention_engine(0, NULL, 0);
+    check_attention_engine(1, slopes, 0); /* ALiBi keeps float32 */
+    cr_assert_eq(k_bf16_attention_force(K_BF16_ATTENTION_FP32), DT_OK);
+    check_attention_engine(1, NULL, 0);
+    k_bf16_attention_reset();
 }

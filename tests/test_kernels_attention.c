@@ -13,12 +13,11 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "kernels/attention.h"
+#include "support/naive_attention.h"
 
 /* ------------------------------------------------------------- helpers */
 
-typedef struct {
-    int64_t B, T, H, Hkv, hd;
-} shape;
+typedef naive_attention_shape shape;
 
 static int64_t q_size(shape s) { return s.B * s.T * s.H * s.hd; }
 static int64_t kv_size(shape s) { return s.B * s.T * s.Hkv * s.hd; }
@@ -64,93 +63,13 @@ static void assert_close(const char *what, const float *got, const double *want,
  * no bias); the bias tests set it and put it back. */
 static const float *test_slopes = NULL;
 
-/* -(t - j) * slope of head h, in double (0 without slopes). */
-static double naive_bias(int64_t h, int64_t t, int64_t j) {
-    return test_slopes ? -(double)(t - j) * (double)test_slopes[h] : 0.0;
-}
-
-/* Naive causal GQA attention in double: out [B,T,H*hd], lse [B,H,T]. */
+/* The naive references (tests/support/naive_attention.h) with the slopes above. */
 static void naive_forward(double *out, double *lse, const float *q, const float *k, const float *v, shape s) {
-    const int64_t group = s.H / s.Hkv, qs = s.H * s.hd, kvs = s.Hkv * s.hd;
-    const double scale = 1.0 / sqrt((double)s.hd);
-    double *scores = alloc_doubles(s.T);
-    for (int64_t b = 0; b < s.B; b++)
-        for (int64_t h = 0; h < s.H; h++)
-            for (int64_t t = 0; t < s.T; t++) {
-                const float *qr = q + (b * s.T + t) * qs + h * s.hd;
-                double max = -INFINITY;
-                for (int64_t j = 0; j <= t; j++) {
-                    const float *kr = k + (b * s.T + j) * kvs + (h / group) * s.hd;
-                    double dot = 0.0;
-                    for (int64_t d = 0; d < s.hd; d++)
-                        dot += (double)qr[d] * kr[d];
-                    scores[j] = dot * scale + naive_bias(h, t, j);
-                    max = fmax(max, scores[j]);
-                }
-                double sum = 0.0;
-                for (int64_t j = 0; j <= t; j++)
-                    sum += exp(scores[j] - max);
-                double *o = out + (b * s.T + t) * qs + h * s.hd;
-                for (int64_t d = 0; d < s.hd; d++)
-                    o[d] = 0.0;
-                for (int64_t j = 0; j <= t; j++) {
-                    const double p = exp(scores[j] - max) / sum;
-                    const float *vr = v + (b * s.T + j) * kvs + (h / group) * s.hd;
-                    for (int64_t d = 0; d < s.hd; d++)
-                        o[d] += p * vr[d];
-                }
-                if (lse) lse[(b * s.H + h) * s.T + t] = max + log(sum);
-            }
-    free(scores);
+    naive_attention_forward(out, lse, q, k, v, s, test_slopes);
 }
-
-/* Naive gradients in double (overwrites dq, dk, dv) for upstream d_out. */
 static void naive_backward(double *dq, double *dk, double *dv, const float *d_out, const float *q, const float *k,
                            const float *v, shape s) {
-    const int64_t group = s.H / s.Hkv, qs = s.H * s.hd, kvs = s.Hkv * s.hd;
-    const double scale = 1.0 / sqrt((double)s.hd);
-    memset(dq, 0, (size_t)q_size(s) * sizeof(double));
-    memset(dk, 0, (size_t)kv_size(s) * sizeof(double));
-    memset(dv, 0, (size_t)kv_size(s) * sizeof(double));
-    double *p = alloc_doubles(s.T), *dp = alloc_doubles(s.T);
-    for (int64_t b = 0; b < s.B; b++)
-        for (int64_t h = 0; h < s.H; h++)
-            for (int64_t t = 0; t < s.T; t++) {
-                const int64_t qo = (b * s.T + t) * qs + h * s.hd;
-                double max = -INFINITY;
-                for (int64_t j = 0; j <= t; j++) {
-                    const int64_t ko = (b * s.T + j) * kvs + (h / group) * s.hd;
-                    double dot = 0.0;
-                    for (int64_t d = 0; d < s.hd; d++)
-                        dot += (double)q[qo + d] * k[ko + d];
-                    p[j] = dot * scale + naive_bias(h, t, j);
-                    max = fmax(max, p[j]);
-                }
-                double sum = 0.0;
-                for (int64_t j = 0; j <= t; j++)
-                    sum += (p[j] = exp(p[j] - max));
-                double row_dot = 0.0;
-                for (int64_t j = 0; j <= t; j++) {
-                    p[j] /= sum;
-                    const int64_t ko = (b * s.T + j) * kvs + (h / group) * s.hd;
-                    double dot = 0.0;
-                    for (int64_t d = 0; d < s.hd; d++)
-                        dot += (double)d_out[qo + d] * v[ko + d];
-                    dp[j] = dot;
-                    row_dot += p[j] * dot;
-                }
-                for (int64_t j = 0; j <= t; j++) {
-                    const int64_t ko = (b * s.T + j) * kvs + (h / group) * s.hd;
-                    const double ds = p[j] * (dp[j] - row_dot) * scale;
-                    for (int64_t d = 0; d < s.hd; d++) {
-                        dq[qo + d] += ds * k[ko + d];
-                        dk[ko + d] += ds * q[qo + d];
-                        dv[ko + d] += p[j] * d_out[qo + d];
-                    }
-                }
-            }
-    free(p);
-    free(dp);
+    naive_attention_backward(dq, dk, dv, d_out, q, k, v, s, test_slopes);
 }
 
 /* Kernel forward + backward into freshly zeroed gradients (any may be skipped). */

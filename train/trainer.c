@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/attention_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
 #include "models/model_budget.h"
@@ -542,6 +543,10 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
                               "numerics, a little below float32 speed)",
                               k_bf16_gemm_default() == K_BF16_GEMM_WIDEN ? "this CPU has no AVX512_BF16 or AMX-BF16"
                                                                          : "DBRANCH_BF16_GEMM=widen");
+        train_log_message(&t->log, "precision bf16: attention %s",
+                          k_bf16_attention_active() == K_BF16_ATTENTION_AMX
+                              ? "on AMX tiles (bf16 products, float32 softmax)"
+                              : "in float32 (no AMX-BF16 here, or DBRANCH_BF16_ATTENTION=fp32)");
     }
     if (t->options.resume_path)
         train_log_message(&t->log, "resumed from %s at step %lld (%lld tokens)", t->options.resume_path,
