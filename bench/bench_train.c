@@ -62,6 +62,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/tokens.h"
+#include "kernels/attention_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
 #include "models/recurrent.h"
@@ -736,7 +737,8 @@ int bench_train_main(int argc, char **argv) {
                 engine == K_BF16_GEMM_ONEDNN ? " (" : " (float32 GEMMs of bf16-rounded operands",
                 engine == K_BF16_GEMM_ONEDNN ? k_bf16_gemm_onednn_kernel() : "", ")");
         if (probe_bf16) fprintf(table, ", the same GEMMs in bf16: %.1f GFLOP/s", gemm16_gflops);
-        fprintf(table, "\n");
+        fprintf(table, "; attention: %s\n",
+                k_bf16_attention_active() == K_BF16_ATTENTION_AMX ? "amx (bf16 tiles)" : "fp32");
     }
     for (int i = 0; i < n_runs; i++)
         print_run_table(table, &runs[i], &summaries[i],
@@ -767,9 +769,10 @@ int bench_train_main(int argc, char **argv) {
                (long long)mc->n_layer, (long long)mc->n_head, (long long)C, (long long)cfg.grad_accum, threads,
                job ? job->size : 1, dt_comm_reduce_name(cfg.reduce), (long long)o.steps, (long long)o.warmup);
         printf(" \"gemm\": {\"M\": %lld, \"N\": %lld, \"K\": %lld, \"gflops\": %.3f, \"gflops_bf16\": %.3f, "
-               "\"bf16_engine\": \"%s\", \"onednn_kernel\": \"%s\"},\n",
+               "\"bf16_engine\": \"%s\", \"onednn_kernel\": \"%s\", \"bf16_attention\": \"%s\"},\n",
                (long long)probe.M, (long long)probe.N, (long long)probe.K, gemm_gflops, gemm16_gflops,
-               k_bf16_gemm_name(k_bf16_gemm_active()), k_bf16_gemm_onednn_kernel());
+               k_bf16_gemm_name(k_bf16_gemm_active()), k_bf16_gemm_onednn_kernel(),
+               k_bf16_attention_name(k_bf16_attention_active()));
         printf(
             " \"peak_rss_bytes\": %.0f, \"closed_form_bytes\": %.0f, \"rss_ratio\": %.4f, \"start_rss_bytes\": %.0f, "
             "\"arena_bytes\": %.0f,\n",

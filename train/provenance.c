@@ -20,6 +20,7 @@
 #include <blis.h>
 #pragma GCC diagnostic pop
 
+#include "kernels/attention_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
 
@@ -90,6 +91,7 @@ void train_provenance_collect(train_provenance *p, int threads) {
         snprintf(p->bf16_engine, sizeof p->bf16_engine, "onednn (%s)", k_bf16_gemm_onednn_kernel());
     else
         snprintf(p->bf16_engine, sizeof p->bf16_engine, "%s", k_bf16_gemm_name(engine));
+    snprintf(p->bf16_attention, sizeof p->bf16_attention, "%s", k_bf16_attention_name(k_bf16_attention_active()));
 }
 
 /* s[0..n) as a JSON string. */
@@ -190,6 +192,7 @@ dt_status train_provenance_write(FILE *f, const train_provenance *p, const char 
     fprintf(f, ",\"threads\":%d,\"processes\":%d", p->threads, p->processes);
     write_field(f, "blis_version", p->blis_version);
     write_field(f, "bf16_engine", p->bf16_engine);
+    write_field(f, "bf16_attention", p->bf16_attention);
     if (p->resume_path) {
         fputs(",\"resume\":{\"checkpoint\":", f);
         json_string(f, p->resume_path, strlen(p->resume_path));

@@ -14,8 +14,8 @@
  *          "start_utc":"2026-12-01T08:30:00Z","cpu":"...","isa":{"avx512f":true,
  *          "avx512_bf16":false,"amx_bf16":false},"compiled_for":{...same keys},
  *          "threads":2,"processes":1,"blis_version":"0.9.0",
- *          "bf16_engine":"widen" | "onednn (brg:avx512_core_amx)","resume":null | {"checkpoint":"...",
- *          "step":N},"total_steps":N,"tokens_per_step":N,
+ *          "bf16_engine":"widen" | "onednn (brg:avx512_core_amx)","bf16_attention":"amx" | "fp32",
+ *          "resume":null | {"checkpoint":"...","step":N},"total_steps":N,"tokens_per_step":N,
  *          "config":{"model":{"family":"llama",...},"data":{...},"train":{...}}}
  * Config values that read as JSON numbers are numbers, the rest strings.
  * "commit" comes from `git describe --always --dirty` at build time
@@ -40,6 +40,7 @@ typedef struct train_provenance {
     int processes; /* of the job (mpirun -n N; 1 for one process) */
     char blis_version[32];
     char bf16_engine[80];    /* the bf16 product engine (kernels/gemm_bf16.h), with oneDNN's kernel */
+    char bf16_attention[8];  /* the bf16 attention engine, "amx" or "fp32" (kernels/attention_amx.h) */
     const char *config_text; /* resolved config as INI text (train_config_format), not owned */
     const char *resume_path; /* checkpoint resumed from, or NULL */
     int64_t resume_step;

@@ -27,9 +27,22 @@ study_precision() {
     row twin-bf16 twin-fp32 quickstart_branch.ini kjv "${quick_eval[@]}" "${bf16[@]}"
     row char-fp32 - nanogpt_char.ini kjv "${char_sets[@]}"
     row char-bf16 char-fp32 nanogpt_char.ini kjv "${char_sets[@]}" "${bf16[@]}"
+    # bf16 with the attention's products on AMX tiles too (kernels/attention_amx.h):
+    # the default under bf16 where the CPU has AMX-BF16 since 2026-12-02. The
+    # rows above ran before it (float32 attention); on a CPU without AMX these
+    # rows run float32 attention as well, and their provenance.json says which
+    # ("bf16_attention").
+    if grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null; then
+        row base-bf16amx base-fp32 quickstart_base.ini kjv "${quick_eval[@]}" "${bf16[@]}"
+        row twin-bf16amx twin-fp32 quickstart_branch.ini kjv "${quick_eval[@]}" "${bf16[@]}"
+        row char-bf16amx char-fp32 nanogpt_char.ini kjv "${char_sets[@]}" "${bf16[@]}"
+    fi
     end_study
     exp_plot_curves "$CURRENT" quickstart "bf16 vs fp32: quickstart pair, validation loss (float32 eval)" \
         base-fp32 base-bf16 twin-fp32 twin-bf16
     exp_plot_curves "$CURRENT" char "bf16 vs fp32: nanoGPT char, validation loss (float32 eval)" char-fp32 char-bf16
     exp_plot_diffs "$CURRENT" all "bf16 vs fp32, paired by seed (% of the fp32 loss)" base-bf16 twin-bf16 char-bf16
+    [ -d "$CURRENT/base-bf16amx" ] && exp_plot_diffs "$CURRENT" amx \
+        "bf16 with AMX attention vs fp32, paired by seed (% of the fp32 loss)" base-bf16amx twin-bf16amx char-bf16amx
+    return 0
 }
