@@ -63,8 +63,10 @@ dt_tensor *ag_rope(ag_ctx *ctx, dt_tensor *x, int64_t n_head, double theta) {
 
 /* 1 when this attention's products run on the AMX kernels. */
 static int uses_amx(const ag_ctx *ctx, const float *slopes, int64_t H, int64_t Hkv, int64_t head_dim) {
-    return ctx->bf16_products && !slopes && k_bf16_attention_active() == K_BF16_ATTENTION_AMX &&
-           k_attention_amx_serves(H, Hkv, head_dim);
+    const int engine_amx = ctx->bf16_attention == AG_BF16_ATTENTION_AUTO
+                               ? k_bf16_attention_active() == K_BF16_ATTENTION_AMX
+                               : ctx->bf16_attention == AG_BF16_ATTENTION_AMX && k_attention_amx_available();
+    return ctx->bf16_products && !slopes && engine_amx && k_attention_amx_serves(H, Hkv, head_dim);
 }
 
 static void attention_backward(ag_ctx *ctx, ag_node *node) {

@@ -47,6 +47,8 @@ typedef struct ag_grad_buffer {
     int64_t capacity;
 } ag_grad_buffer;
 
+enum { AG_BF16_ATTENTION_AUTO = 0, AG_BF16_ATTENTION_AMX = 1, AG_BF16_ATTENTION_FP32 = 2 };
+
 struct ag_ctx {
     dt_arena arena;
     ag_node **nodes; /* heap array, grows only while capacity is discovered */
@@ -58,6 +60,11 @@ struct ag_ctx {
      * a weight's bf16 copy (dt_tensor.bf16) when it has one; train.precision
      * = bf16 sets it. Everything else stays float32. */
     int bf16_products;
+    /* Under bf16_products, which attention kernels run (train.bf16_attention):
+     * AG_BF16_ATTENTION_AUTO follows k_bf16_attention_active() (AMX tiles
+     * where the CPU has them, kernels/attention_amx.h), _AMX and _FP32 pin
+     * one (the caller checked that AMX is available). */
+    int bf16_attention;
     /* Set by an op's backward that could not finish (its error message says
      * why), and by any allocation that fails while ag_backward runs (a
      * gradient buffer, a temp, arena scratch: the op that asked skips work),

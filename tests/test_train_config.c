@@ -399,3 +399,17 @@ Test(train_config, precision_key) {
     train_config_format(&cfg, text, sizeof text);
     cr_assert(strstr(text, "precision = bf16\n"), "the resolved config shows it:\n%s", text);
 }
+
+Test(train_config, bf16_attention_key) {
+    train_config cfg = train_config_default();
+    cr_assert_eq(cfg.bf16_attention, TRAIN_BF16_ATTENTION_AUTO, "auto is the default");
+    cr_assert_eq(train_config_set(&cfg, "train.bf16_attention=fp32"), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(cfg.bf16_attention, TRAIN_BF16_ATTENTION_FP32);
+    cr_assert_eq(train_config_set(&cfg, "train.bf16_attention=amx"), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(cfg.bf16_attention, TRAIN_BF16_ATTENTION_AMX);
+    cr_assert_eq(train_config_set(&cfg, "train.bf16_attention=tiles"), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "train.bf16_attention = 'tiles' must be auto|amx|fp32"), "%s",
+              dt_error_message());
+    cr_assert_eq(cfg.bf16_attention, TRAIN_BF16_ATTENTION_AMX, "a refused value changes nothing");
+    cr_assert(!train_bf16_attention_uses_amx(&cfg), "float32 training never runs the AMX attention");
+}

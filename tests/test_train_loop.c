@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
+#include "kernels/attention_amx.h"
 #include "kernels/gemm_bf16.h"
 #include "models/model_io.h"
 #include "support/onednn_bf16.h"
@@ -66,6 +67,10 @@ static void teardown(void) { test_remove_dir(work_dir); }
 static int feedback_model;
 /* Set by the bf16 tests: tiny_config then trains with train.precision = bf16. */
 static int bf16_model;
+/* Set by the bf16 attention tests: one head of width 32 (a width the AMX
+ * kernels serve; two heads of 16 are not), with this train.bf16_attention. */
+static int amx_heads;
+static train_bf16_attention amx_heads_attention;
 
 static train_config tiny_config(const char *out_name, int branch, optim_kind optimizer) {
     train_config cfg = train_config_default();
@@ -101,6 +106,10 @@ static train_config tiny_config(const char *out_name, int branch, optim_kind opt
         cfg.feedback_lambda = 0.7;
     }
     if (bf16_model) cfg.precision = TRAIN_PRECISION_BF16;
+    if (amx_heads) {
+        cfg.model.n_head = 1;
+        cfg.bf16_attention = amx_heads_attention;
+    }
     cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
     return cfg;
 }
@@ -442,6 +451,54 @@ Test(train_loop, bf16_trains_like_fp32, .init = setup, .fini = teardown, .timeou
     cr_assert(fp32 < 3.0, "float32 val loss after 40 steps: %g", fp32);
     cr_assert(fabs(bf16 - fp32) < 0.02 * fp32, "bf16 val loss %g vs float32 %g", bf16, fp32);
     cr_assert(strcmp(first_fp32, first_bf16) != 0, "the bf16 run's first step is the float32 one");
+}
+
+/* train.bf16_attention: amx and fp32 are different arithmetic (the first
+ * step's loss differs) that both learn alike, auto is amx on an AMX CPU, and
+ * a run with AMX attention resumes bit for bit. Without AMX, amx is one clear
+ * error at the start and auto runs float32. */
+static trainer_result bf16_attention_run(train_bf16_attention choice, const char *name, char *first_step, size_t size) {
+    bf16_model = 1;
+    amx_heads = 1;
+    amx_heads_attention = choice;
+    train_config cfg = learning_config(name, 1);
+    trainer_result result = run(&cfg, NULL, 0, DT_OK);
+    static char lines[48][1024];
+    char log[PATH_BUF];
+    snprintf(log, sizeof log, "%s/log.jsonl", cfg.out_dir);
+    cr_assert_eq(read_step_lines(log, lines, 48), 40);
+    snprintf(first_step, size, "%s", lines[0]);
+    return result;
+}
+
+Test(train_loop, bf16_attention_key_selects_the_kernels, .init = setup, .fini = teardown, .timeout = 120) {
+    char first_fp32[1024], first_amx[1024], first_auto[1024];
+    const trainer_result fp32 = bf16_attention_run(TRAIN_BF16_ATTENTION_FP32, "attn_fp32", first_fp32, 1024);
+    const trainer_result automatic = bf16_attention_run(TRAIN_BF16_ATTENTION_AUTO, "attn_auto", first_auto, 1024);
+    if (!k_attention_amx_available()) {
+        cr_assert_str_eq(first_auto, first_fp32, "auto runs float32 attention without AMX");
+        amx_heads_attention = TRAIN_BF16_ATTENTION_AMX;
+        train_config cfg = learning_config("attn_amx", 1);
+        trainer t;
+        trainer_options options = {0};
+        cr_assert_eq(trainer_init(&t, &cfg, &options), DT_ERR, "amx accepted on a CPU without it");
+        cr_assert(strstr(dt_error_message(), "train.bf16_attention = amx"), "%s", dt_error_message());
+        return;
+    }
+    const trainer_result amx = bf16_attention_run(TRAIN_BF16_ATTENTION_AMX, "attn_amx", first_amx, 1024);
+    cr_assert_str_eq(first_auto, first_amx, "auto is amx on an AMX CPU");
+    cr_assert_eq(automatic.final_eval.loss, amx.final_eval.loss);
+    cr_assert(strcmp(first_amx, first_fp32) != 0, "amx attention gave float32 attention's first step");
+    cr_assert(fabs(amx.final_eval.loss - fp32.final_eval.loss) < 0.02 * fp32.final_eval.loss,
+              "val loss with AMX attention %g vs float32 attention %g", amx.final_eval.loss, fp32.final_eval.loss);
+}
+
+Test(train_loop, resume_is_bit_exact_bf16_amx_attention, .init = setup, .fini = teardown, .timeout = 120) {
+    if (!k_attention_amx_available()) cr_skip_test("this CPU (or kernel) has no AMX-BF16 tiles");
+    bf16_model = 1;
+    amx_heads = 1;
+    amx_heads_attention = TRAIN_BF16_ATTENTION_AMX;
+    check_resume_is_exact(1, OPTIM_ADAMW, 1, 2);
 }
 
 /* Not a terminal: plain progress lines (no \r), the eval line with the branch

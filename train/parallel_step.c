@@ -355,8 +355,10 @@ static dt_status run_workers(train_parallel *p, const dt_tensor *inputs, const d
     double objective_correction = 0.0;
     /* Training products in the run's precision; validation always float32
      * (the master weights, as a checkpoint is scored). */
-    for (int w = 0; w < workers; w++)
+    for (int w = 0; w < workers; w++) {
         p->contexts[w].bf16_products = backward && p->bf16_products;
+        p->contexts[w].bf16_attention = p->bf16_attention;
+    }
 #pragma omp parallel num_threads(workers) if (workers > 1)
     {
         /* A runtime may hand out fewer threads than asked: then a thread takes several workers. */

@@ -40,7 +40,8 @@ typedef struct train_provenance {
     int processes; /* of the job (mpirun -n N; 1 for one process) */
     char blis_version[32];
     char bf16_engine[80];    /* the bf16 product engine (kernels/gemm_bf16.h), with oneDNN's kernel */
-    char bf16_attention[8];  /* the bf16 attention engine, "amx" or "fp32" (kernels/attention_amx.h) */
+    char bf16_attention[8];  /* the bf16 attention engine, "amx" or "fp32" (kernels/attention_amx.h; the
+                              * record of a run: what its bf16 steps run, fp32 for an fp32 run) */
     const char *config_text; /* resolved config as INI text (train_config_format), not owned */
     const char *resume_path; /* checkpoint resumed from, or NULL */
     int64_t resume_step;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention_amx.h"
 #include "kernels/gemm.h"
 #include "models/config_file.h"
 #include "models/config_value.h"
@@ -25,7 +26,8 @@ typedef enum {
     VALUE_OPTIMIZER,
     VALUE_REDUCE,
     VALUE_PASS_MIX,
-    VALUE_PRECISION
+    VALUE_PRECISION,
+    VALUE_ATTENTION
 } value_kind;
 
 typedef struct {
@@ -103,6 +105,16 @@ int64_t train_pass_mix_max(const train_pass_mix *mix) {
     return largest;
 }
 
+const char *train_bf16_attention_name(train_bf16_attention choice) {
+    return choice == TRAIN_BF16_ATTENTION_AMX ? "amx" : choice == TRAIN_BF16_ATTENTION_FP32 ? "fp32" : "auto";
+}
+
+int train_bf16_attention_uses_amx(const train_config *c) {
+    if (c->precision != TRAIN_PRECISION_BF16) return 0;
+    if (c->bf16_attention == TRAIN_BF16_ATTENTION_AMX) return k_attention_amx_available();
+    return c->bf16_attention == TRAIN_BF16_ATTENTION_AUTO && k_bf16_attention_active() == K_BF16_ATTENTION_AMX;
+}
+
 const char *train_precision_name(train_precision precision) {
     return precision == TRAIN_PRECISION_BF16 ? "bf16" : "fp32";
 }
@@ -154,6 +166,16 @@ static dt_status set_value(train_config *cfg, const config_key *k, const char *t
         else
             return dt_errorf("%s = '%s' must be fp32|bf16", k->full_name, text);
         return DT_OK;
+    case VALUE_ATTENTION:
+        if (!strcmp(text, "auto"))
+            *(train_bf16_attention *)field = TRAIN_BF16_ATTENTION_AUTO;
+        else if (!strcmp(text, "amx"))
+            *(train_bf16_attention *)field = TRAIN_BF16_ATTENTION_AMX;
+        else if (!strcmp(text, "fp32"))
+            *(train_bf16_attention *)field = TRAIN_BF16_ATTENTION_FP32;
+        else
+            return dt_errorf("%s = '%s' must be auto|amx|fp32", k->full_name, text);
+        return DT_OK;
     }
     return DT_ERR;
 }
@@ -181,6 +203,9 @@ static void get_value(const train_config *cfg, const config_key *k, char *text, 
         break;
     case VALUE_PRECISION:
         snprintf(text, capacity, "%s", train_precision_name(*(const train_precision *)field));
+        break;
+    case VALUE_ATTENTION:
+        snprintf(text, capacity, "%s", train_bf16_attention_name(*(const train_bf16_attention *)field));
         break;
     case VALUE_PASS_MIX: {
         const train_pass_mix *mix = field;

@@ -37,10 +37,19 @@ enum { TRAIN_PATH_MAX = 1024 };
 #define TRAIN_FIELD_REDUCE(field)    dt_comm_reduce field;
 #define TRAIN_FIELD_PASS_MIX(field)  train_pass_mix field;
 #define TRAIN_FIELD_PRECISION(field) train_precision field;
+#define TRAIN_FIELD_ATTENTION(field) train_bf16_attention field;
 
 /* train.precision: the arithmetic of the matrix products (ag_ctx.bf16_products). */
 typedef enum { TRAIN_PRECISION_FP32 = 0, TRAIN_PRECISION_BF16 = 1 } train_precision;
 const char *train_precision_name(train_precision precision);
+
+/* train.bf16_attention: the attention kernels under bf16 (ag_ctx.bf16_attention's values). */
+typedef enum {
+    TRAIN_BF16_ATTENTION_AUTO = 0,
+    TRAIN_BF16_ATTENTION_AMX = 1,
+    TRAIN_BF16_ATTENTION_FP32 = 2
+} train_bf16_attention;
+const char *train_bf16_attention_name(train_bf16_attention choice);
 
 /* train.feedback_passes (SPEC §6.5): the distribution of the passes K a step
  * runs, "K:weight,..." with distinct K in 1..TRAIN_MAX_PASSES and positive
@@ -64,6 +73,9 @@ typedef struct train_config {
 } train_config;
 
 train_config train_config_default(void);
+/* 1 when the run's bf16 steps put attention on AMX tiles: precision = bf16
+ * and train.bf16_attention amx, or auto on a CPU that defaults to them. */
+int train_bf16_attention_uses_amx(const train_config *c);
 
 /* Reads an INI file over cfg (start from train_config_default()). */
 dt_status train_config_load(train_config *cfg, const char *path);

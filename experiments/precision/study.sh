@@ -27,15 +27,15 @@ study_precision() {
     row twin-bf16 twin-fp32 quickstart_branch.ini kjv "${quick_eval[@]}" "${bf16[@]}"
     row char-fp32 - nanogpt_char.ini kjv "${char_sets[@]}"
     row char-bf16 char-fp32 nanogpt_char.ini kjv "${char_sets[@]}" "${bf16[@]}"
-    # bf16 with the attention's products on AMX tiles too (kernels/attention_amx.h):
-    # the default under bf16 where the CPU has AMX-BF16 since 2026-12-02. The
-    # rows above ran before it (float32 attention); on a CPU without AMX these
-    # rows run float32 attention as well, and their provenance.json says which
-    # ("bf16_attention").
+    # bf16 with the attention's products on AMX tiles too (kernels/attention_amx.h,
+    # train.bf16_attention = amx; under auto, the default on AMX CPUs since
+    # 2026-12-02). The bf16 rows above ran before it, with float32 attention.
+    # Registered only where the CPU has AMX-BF16 (elsewhere amx is an error).
     if grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null; then
-        row base-bf16amx base-fp32 quickstart_base.ini kjv "${quick_eval[@]}" "${bf16[@]}"
-        row twin-bf16amx twin-fp32 quickstart_branch.ini kjv "${quick_eval[@]}" "${bf16[@]}"
-        row char-bf16amx char-fp32 nanogpt_char.ini kjv "${char_sets[@]}" "${bf16[@]}"
+        local amx=(--set train.bf16_attention=amx)
+        row base-bf16amx base-fp32 quickstart_base.ini kjv "${quick_eval[@]}" "${bf16[@]}" "${amx[@]}"
+        row twin-bf16amx twin-fp32 quickstart_branch.ini kjv "${quick_eval[@]}" "${bf16[@]}" "${amx[@]}"
+        row char-bf16amx char-fp32 nanogpt_char.ini kjv "${char_sets[@]}" "${bf16[@]}" "${amx[@]}"
     fi
     end_study
     exp_plot_curves "$CURRENT" quickstart "bf16 vs fp32: quickstart pair, validation loss (float32 eval)" \
