@@ -132,12 +132,15 @@ study_dsweep() {
     esac
     # The precision series: bf16 runs (train.precision = bf16 for every arm
     # and seed) go to their own folder, OUT/<dir>-bf16/, so a pair never
-    # mixes precisions and the fp32 series stays as it ran.
+    # mixes precisions and the fp32 series stays as it ran. Attention stays
+    # float32 (train.bf16_attention = fp32): runs resume across machines, and
+    # the AMX attention exists only on some, so auto would change a run's
+    # arithmetic between its legs.
     case "${DSWEEP_PRECISION:-fp32}" in
     fp32) ;;
     bf16)
         DSWEEP_DIR=$DSWEEP_DIR-bf16
-        EXTRA_SETS+=(--set train.precision=bf16)
+        EXTRA_SETS+=(--set train.precision=bf16 --set train.bf16_attention=fp32)
         ;;
     *) echo "run.sh dsweep: DSWEEP_PRECISION = '$DSWEEP_PRECISION' must be fp32|bf16" >&2; exit 2 ;;
     esac
