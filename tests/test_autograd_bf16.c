@@ -394,3 +394,34 @@ Test(bf16_ops, attention_engine_follows_precision_and_cpu) {
     check_attention_engine(1, NULL, 0);
     k_bf16_attention_reset();
 }
+
+/* One tensor as q, k and v (H = Hkv): under the AMX kernels its gradient is
+ * the sum of the three the kernel gives separately (within float32 rounding
+ * of the different order of the sums). */
+Test(bf16_ops, aliased_attention_on_amx_sums_the_three_gradients) {
+    if (!k_attention_amx_available()) cr_skip_test("this CPU (or kernel) has no AMX-BF16 tiles");
+    enum { B = 1, T = 90, H = 2, HD = 32, N = B * T * H * HD };
+    dt_tensor *x = param(71, DT_SHAPE(B, T, H * HD)), *R = param(72, DT_SHAPE(B, T, H * HD));
+    R->requires_grad = 0;
+    ag_reset(&ctx);
+    ctx.bf16_products = 1;
+    dt_tensor *out = ag_attention(&ctx, x, x, x, H, H);
+    cr_assert_not_null(out, "%s", dt_error_message());
+    cr_assert_eq(ag_backward(&ctx, ag_sum(&ctx, ag_mul(&ctx, out, R))), DT_OK, "%s", dt_error_message());
+    ctx.bf16_products = 0;
+
+    static float want_out[N], lse[B * H * T], d_q[N], d_k[N], d_v[N];
+    static _Alignas(64) unsigned char scratch[1 << 20];
+    cr_assert(k_attention_amx_backward_scratch(B, T, H, H, HD) <= sizeof scratch);
+    k_attention_amx_forward(want_out, lse, dt_f32(x), dt_f32(x), dt_f32(x), B, T, H, H, HD, scratch);
+    k_attention_amx_backward(d_q, 0, d_k, 0, d_v, 0, dt_f32(R), dt_f32(x), dt_f32(x), dt_f32(x), want_out, lse, B, T, H,
+                             H, HD, scratch);
+    cr_assert(!memcmp(out->data, want_out, sizeof want_out), "the aliased forward is not the AMX kernel's");
+    for (int i = 0; i < N; i++) {
+        const float want = d_q[i] + d_k[i] + d_v[i];
+        const float scale = fabsf(d_q[i]) + fabsf(d_k[i]) + fabsf(d_v[i]);
+        cr_assert(fabsf(x->grad[i] - want) <= 1e-6f * scale + 1e-30f, "d_x[%d] = %g, the three gradients sum to %g", i,
+                  x->grad[i], want);
+    }
+    dt_tensor_free(x), dt_tensor_free(R);
+}
