@@ -39,10 +39,11 @@ study_precision() {
     fi
     end_study
     exp_plot_curves "$CURRENT" quickstart "bf16 vs fp32: quickstart pair, validation loss (float32 eval)" \
-        base-fp32 base-bf16 twin-fp32 twin-bf16
-    exp_plot_curves "$CURRENT" char "bf16 vs fp32: nanoGPT char, validation loss (float32 eval)" char-fp32 char-bf16
+        base-fp32 base-bf16 base-bf16amx twin-fp32 twin-bf16 twin-bf16amx
+    exp_plot_curves "$CURRENT" char "bf16 vs fp32: nanoGPT char, validation loss (float32 eval)" char-fp32 char-bf16 \
+        char-bf16amx
     exp_plot_diffs "$CURRENT" all "bf16 vs fp32, paired by seed (% of the fp32 loss)" base-bf16 twin-bf16 char-bf16
-    [ -d "$CURRENT/base-bf16amx" ] && exp_plot_diffs "$CURRENT" amx \
+    [ -d "$OUT/$CURRENT/base-bf16amx" ] && exp_plot_diffs "$CURRENT" amx \
         "bf16 with AMX attention vs fp32, paired by seed (% of the fp32 loss)" base-bf16amx twin-bf16amx char-bf16amx
     return 0
 }
