@@ -182,6 +182,10 @@ TARGET_AMX static void configure_tiles(void) {
     _tile_loadconfig(&config);
 }
 
+/* Gives the tile state back (see configure_tiles: a function of its own for
+ * the same reason as row_dots). */
+TARGET_AMX static void release_tiles(void) { _tile_release(); }
+
 /* Which part of a diagonal tile a product needs (row blocks of 32 in C). */
 typedef enum {
     WHOLE,              /* off-diagonal tile */
@@ -428,7 +432,7 @@ TARGET_AMX static void forward_amx(float *out, float *lse, const float *q, const
                                q + (b * T + q0) * q_stride + h * hd, q_stride, k_pairs_t + kv_tiles * tile_elements(hd),
                                v_pairs + kv_tiles * tile_elements(hd), tile_q, nq, hd, scale_log2);
         }
-        _tile_release();
+        release_tiles();
     }
 }
 
@@ -461,6 +465,20 @@ static backward_operands carve_backward(void *scratch, int64_t B, int64_t T, int
     return o;
 }
 
+/* row_dot [n_rows] = rowsum(out ∘ d_out) for n_rows rows of out (stride ld)
+ * and of d_out_rounded [64, hd] bf16. (Its own function, not the body of the
+ * parallel loop below: clang outlines OpenMP regions into functions without
+ * the caller's target attribute.) */
+TARGET_AVX512_BF16 static void row_dots(float *row_dot, const float *out, int64_t ld, const uint16_t *d_out_rounded,
+                                        int n_rows, int hd) {
+    for (int r = 0; r < n_rows; r++) {
+        __m512 dot = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d += 16)
+            dot = _mm512_fmadd_ps(_mm512_loadu_ps(out + r * ld + d), widen16(d_out_rounded + r * hd + d), dot);
+        row_dot[r] = _mm512_reduce_add_ps(dot);
+    }
+}
+
 /* Every operand in its layout, and D = rowsum(d_out ∘ out). */
 TARGET_AVX512_BF16 static void pack_backward(const backward_operands *o, const float *d_out, const float *q,
                                              const float *k, const float *v, const float *out, int64_t B, int64_t T,
@@ -483,14 +501,7 @@ TARGET_AVX512_BF16 static void pack_backward(const backward_operands *o, const f
             /* D from the rounded d_out that dP = dO V^T reads: then the row
              * sums of dS = P ∘ (dP - D) vanish as the softmax's must (with the
              * float32 d_out they would carry its rounding error, ~1e-3) */
-            const uint16_t *d_out_rounded = o->d_out_rows + at;
-            for (int r = 0; r < nq; r++) {
-                __m512 dot = _mm512_setzero_ps();
-                for (int d = 0; d < hd; d += 16)
-                    dot = _mm512_fmadd_ps(_mm512_loadu_ps(out + offset + r * q_stride + d),
-                                          widen16(d_out_rounded + r * hd + d), dot);
-                o->row_dot[(b * H + h) * T + q0 + r] = _mm512_reduce_add_ps(dot);
-            }
+            row_dots(o->row_dot + (b * H + h) * T + q0, out + offset, q_stride, o->d_out_rows + at, nq, hd);
         }
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_kv_tasks; task++) {
@@ -621,7 +632,7 @@ TARGET_AMX static void backward_amx(float *d_q, int accumulate_q, float *d_k, in
             backward_kv_head(&o, d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, lse, task / Hkv, task % Hkv,
                              T, H, Hkv, hd);
         }
-        _tile_release();
+        release_tiles();
     }
 }
 
