@@ -58,15 +58,29 @@ dt_tensor *ag_rope(ag_ctx *ctx, dt_tensor *x, int64_t n_head, double theta) {
  * carry ALiBi's bias (iarg[2] = 1), so the node does not depend on the
  * caller's array living on. Under bf16 products (ctx->bf16_products) the
  * unbiased attention runs on AMX tiles where the CPU has them and the shape
- * is served (kernels/attention_amx.h); iarg[3] = 1 says so, and the backward
- * then runs the same engine. */
+ * is served (kernels/attention_amx.h), else on vdpbf16ps where it has
+ * AVX512_BF16; iarg[3] holds that engine (0: the float32 kernels), and the
+ * backward then runs the same one. */
 
-/* 1 when this attention's products run on the AMX kernels. */
-static int uses_amx(const ag_ctx *ctx, const float *slopes, int64_t H, int64_t Hkv, int64_t head_dim) {
-    const int engine_amx = ctx->bf16_attention == AG_BF16_ATTENTION_AUTO
-                               ? k_bf16_attention_active() == K_BF16_ATTENTION_AMX
-                               : ctx->bf16_attention == AG_BF16_ATTENTION_AMX && k_attention_amx_available();
-    return ctx->bf16_products && !slopes && engine_amx && k_attention_amx_serves(H, Hkv, head_dim);
+/* The engine of this attention's bf16 products (kernels/attention_amx.h), or
+ * K_BF16_ATTENTION_FP32 for the float32 kernels. */
+static k_bf16_attention_engine bf16_engine(const ag_ctx *ctx, const float *slopes, int64_t H, int64_t Hkv,
+                                           int64_t head_dim) {
+    if (!ctx->bf16_products || slopes || !k_attention_amx_serves(H, Hkv, head_dim)) return K_BF16_ATTENTION_FP32;
+    k_bf16_attention_engine engine;
+    switch (ctx->bf16_attention) {
+    case AG_BF16_ATTENTION_AUTO:
+        return k_bf16_attention_active();
+    case AG_BF16_ATTENTION_AMX:
+        engine = K_BF16_ATTENTION_AMX;
+        break;
+    case AG_BF16_ATTENTION_AVX512_BF16:
+        engine = K_BF16_ATTENTION_AVX512_BF16;
+        break;
+    default:
+        return K_BF16_ATTENTION_FP32;
+    }
+    return k_bf16_attention_available(engine) ? engine : K_BF16_ATTENTION_FP32;
 }
 
 static void attention_backward(ag_ctx *ctx, ag_node *node) {
@@ -74,7 +88,7 @@ static void attention_backward(ag_ctx *ctx, ag_node *node) {
     int64_t B = q->shape[0], T = q->shape[1], H = node->iarg[0], Hkv = node->iarg[1], head_dim = q->shape[2] / H;
     const float *lse = node->saved;                               /* [B,H,T] */
     const float *slopes = node->iarg[2] ? lse + B * H * T : NULL; /* [H] */
-    if (node->iarg[3]) {
+    if (node->iarg[3] != K_BF16_ATTENTION_FP32) {
         float *d_q = NULL, *d_k = NULL, *d_v = NULL;
         int accumulate_q = 1, accumulate_k = 1, accumulate_v = 1;
         if (q == k || q == v || k == v) { /* one tensor in two roles: its gradient takes both sums */
@@ -86,8 +100,9 @@ static void attention_backward(ag_ctx *ctx, ag_node *node) {
         }
         void *scratch = ag_scratch(ctx, k_attention_amx_backward_scratch(B, T, H, Hkv, head_dim));
         if (!scratch) return;
-        k_attention_amx_backward(d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, out->grad, dt_f32(q),
-                                 dt_f32(k), dt_f32(v), dt_f32(out), lse, B, T, H, Hkv, head_dim, scratch);
+        k_attention_amx_backward((k_bf16_attention_engine)node->iarg[3], d_q, accumulate_q, d_k, accumulate_k, d_v,
+                                 accumulate_v, out->grad, dt_f32(q), dt_f32(k), dt_f32(v), dt_f32(out), lse, B, T, H,
+                                 Hkv, head_dim, scratch);
         return;
     }
     int64_t scratch_floats = k_attention_backward_scratch(B, T, H, Hkv, head_dim);
@@ -134,11 +149,12 @@ dt_tensor *ag_attention_biased(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tenso
         memcpy(lse + B * H * T, slopes, (size_t)H * sizeof(float));
         slopes = lse + B * H * T;
     }
-    const int amx = uses_amx(ctx, slopes, H, Hkv, head_dim);
-    if (amx) {
+    const k_bf16_attention_engine engine = bf16_engine(ctx, slopes, H, Hkv, head_dim);
+    if (engine != K_BF16_ATTENTION_FP32) {
         void *scratch = ag_scratch(ctx, k_attention_amx_forward_scratch(B, T, Hkv, head_dim));
         if (!scratch) return NULL;
-        k_attention_amx_forward(dt_f32(out), lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, head_dim, scratch);
+        k_attention_amx_forward(engine, dt_f32(out), lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, head_dim,
+                                scratch);
     } else
         k_attention_forward_biased(dt_f32(out), lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, head_dim, slopes);
     dt_tensor *inputs[3] = {q, k, v};
@@ -149,7 +165,7 @@ dt_tensor *ag_attention_biased(ag_ctx *ctx, dt_tensor *q, dt_tensor *k, dt_tenso
         node->iarg[0] = H;
         node->iarg[1] = Hkv;
         node->iarg[2] = slopes != NULL;
-        node->iarg[3] = amx;
+        node->iarg[3] = engine;
     }
     return out;
 }

@@ -47,7 +47,12 @@ typedef struct ag_grad_buffer {
     int64_t capacity;
 } ag_grad_buffer;
 
-enum { AG_BF16_ATTENTION_AUTO = 0, AG_BF16_ATTENTION_AMX = 1, AG_BF16_ATTENTION_FP32 = 2 };
+enum {
+    AG_BF16_ATTENTION_AUTO = 0,
+    AG_BF16_ATTENTION_AMX = 1,
+    AG_BF16_ATTENTION_FP32 = 2,
+    AG_BF16_ATTENTION_AVX512_BF16 = 3
+};
 
 struct ag_ctx {
     dt_arena arena;
@@ -62,8 +67,9 @@ struct ag_ctx {
     int bf16_products;
     /* Under bf16_products, which attention kernels run (train.bf16_attention):
      * AG_BF16_ATTENTION_AUTO follows k_bf16_attention_active() (AMX tiles
-     * where the CPU has them, kernels/attention_amx.h), _AMX and _FP32 pin
-     * one (the caller checked that AMX is available). */
+     * where the CPU has them, else vdpbf16ps where it has AVX512_BF16,
+     * kernels/attention_amx.h), _AMX, _AVX512_BF16 and _FP32 pin one (the
+     * caller checked that it is available). */
     int bf16_attention;
     /* Set by an op's backward that could not finish (its error message says
      * why), and by any allocation that fails while ag_backward runs (a

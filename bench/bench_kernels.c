@@ -122,7 +122,7 @@ static void time_gemm(const gemm_case *c, const gemm_buffers *buf, int repeat, d
 
 typedef struct {
     float *q, *k, *v, *out, *lse, *d_out, *d_q, *d_k, *d_v, *scratch;
-    void *amx_scratch; /* NULL without AMX */
+    void *amx_scratch; /* NULL without a bf16 attention engine */
 } attention_buffers;
 
 typedef struct {
@@ -130,34 +130,35 @@ typedef struct {
 } attention_rates;
 
 /* One forward (+ backward) on the float32 kernels, or on the AMX bf16 ones. */
-static void attention_forward(const attention_case *c, const attention_buffers *buf, int amx) {
-    if (amx)
-        k_attention_amx_forward(buf->out, buf->lse, buf->q, buf->k, buf->v, c->B, c->T, c->H, c->Hkv, c->head_dim,
-                                buf->amx_scratch);
+/* engine: K_BF16_ATTENTION_FP32 runs the float32 kernels */
+static void attention_forward(const attention_case *c, const attention_buffers *buf, k_bf16_attention_engine engine) {
+    if (engine != K_BF16_ATTENTION_FP32)
+        k_attention_amx_forward(engine, buf->out, buf->lse, buf->q, buf->k, buf->v, c->B, c->T, c->H, c->Hkv,
+                                c->head_dim, buf->amx_scratch);
     else
         k_attention_forward(buf->out, buf->lse, buf->q, buf->k, buf->v, c->B, c->T, c->H, c->Hkv, c->head_dim);
 }
-static void attention_backward(const attention_case *c, const attention_buffers *buf, int amx) {
-    if (amx)
-        k_attention_amx_backward(buf->d_q, 0, buf->d_k, 0, buf->d_v, 0, buf->d_out, buf->q, buf->k, buf->v, buf->out,
-                                 buf->lse, c->B, c->T, c->H, c->Hkv, c->head_dim, buf->amx_scratch);
+static void attention_backward(const attention_case *c, const attention_buffers *buf, k_bf16_attention_engine engine) {
+    if (engine != K_BF16_ATTENTION_FP32)
+        k_attention_amx_backward(engine, buf->d_q, 0, buf->d_k, 0, buf->d_v, 0, buf->d_out, buf->q, buf->k, buf->v,
+                                 buf->out, buf->lse, c->B, c->T, c->H, c->Hkv, c->head_dim, buf->amx_scratch);
     else
         k_attention_backward(buf->d_q, buf->d_k, buf->d_v, buf->d_out, buf->q, buf->k, buf->v, buf->out, buf->lse, c->B,
                              c->T, c->H, c->Hkv, c->head_dim, buf->scratch);
 }
 
-static attention_rates time_attention(const attention_case *c, const attention_buffers *buf, int amx, int repeat,
-                                      double *times) {
+static attention_rates time_attention(const attention_case *c, const attention_buffers *buf,
+                                      k_bf16_attention_engine engine, int repeat, double *times) {
     const double forward_flops = 4.0 * (double)c->T * (double)c->T * (double)c->head_dim * (double)(c->B * c->H) / 2.0;
     attention_rates rates;
     /* warm-up, and a valid out/lse for the backward runs */
-    attention_forward(c, buf, amx);
-    attention_backward(c, buf, amx);
+    attention_forward(c, buf, engine);
+    attention_backward(c, buf, engine);
     for (int pass = 0; pass < 3; pass++) {
         for (int r = 0; r < repeat; r++) {
             const double start = omp_get_wtime();
-            if (pass != 1) attention_forward(c, buf, amx);
-            if (pass != 0) attention_backward(c, buf, amx);
+            if (pass != 1) attention_forward(c, buf, engine);
+            if (pass != 0) attention_backward(c, buf, engine);
             times[r] = omp_get_wtime() - start;
         }
         const double seconds = bench_median_sort(times, repeat);
@@ -235,8 +236,12 @@ int bench_kernels_main(int argc, char **argv) {
                               bench_alloc(kv_floats, &rng, &ok),
                               bench_alloc(scratch_floats, &rng, &ok),
                               NULL};
-    const int amx = k_attention_amx_available();
-    if (amx && !(attn.amx_scratch = aligned_alloc(64, (amx_bytes + 63) / 64 * 64))) ok = 0;
+    /* the float32 kernels, then every bf16 engine this CPU runs */
+    k_bf16_attention_engine engines[3] = {K_BF16_ATTENTION_FP32};
+    int n_engines = 1;
+    if (k_bf16_attention_available(K_BF16_ATTENTION_AMX)) engines[n_engines++] = K_BF16_ATTENTION_AMX;
+    if (k_bf16_attention_available(K_BF16_ATTENTION_AVX512_BF16)) engines[n_engines++] = K_BF16_ATTENTION_AVX512_BF16;
+    if (n_engines > 1 && !(attn.amx_scratch = aligned_alloc(64, (amx_bytes + 63) / 64 * 64))) ok = 0;
     double *times = malloc(2 * (size_t)repeat * sizeof(double));
     int status = 0;
     if (!ok || !times) {
@@ -268,20 +273,22 @@ int bench_kernels_main(int argc, char **argv) {
         const double gemm_mean = sum_wrapper / N_GEMM_CASES;
         printf("%-26s %28s %9.1f %9.1f %7.3f\n", "mean", "", gemm_mean, sum_raw / N_GEMM_CASES, sum_wrapper / sum_raw);
 
-        printf("\n%-42s %9s %9s %9s %12s\n", "attention (causal)", "forward", "backward", "fwd+bwd", "fwd+bwd/GEMM");
+        printf("\n%-50s %9s %9s %9s %12s\n", "attention (causal)", "forward", "backward", "fwd+bwd", "fwd+bwd/GEMM");
         for (int i = 0; i < N_ATTENTION_CASES; i++)
-            for (int engine = 0; engine <= amx; engine++) {
-                const attention_rates rates = time_attention(&attention_cases[i], &attn, engine, repeat, times);
+            for (int e = 0; e < n_engines; e++) {
+                const attention_rates rates = time_attention(&attention_cases[i], &attn, engines[e], repeat, times);
                 char name[64];
-                snprintf(name, sizeof name, "%s%s", attention_cases[i].name, engine ? " bf16 AMX" : "");
-                printf("%-42s %9.1f %9.1f %9.1f %12.3f\n", name, rates.forward, rates.backward, rates.both,
+                snprintf(name, sizeof name, "%s%s%s", attention_cases[i].name, e ? " bf16 " : "",
+                         e ? k_bf16_attention_name(engines[e]) : "");
+                printf("%-50s %9.1f %9.1f %9.1f %12.3f\n", name, rates.forward, rates.backward, rates.both,
                        rates.both / gemm_mean);
                 fflush(stdout);
             }
     }
     printf("\nratio: k_gemm / bli_sgemm per shape; fwd+bwd/GEMM: attention forward+backward\n"
-           "GFLOP/s over the mean k_gemm GFLOP/s at the same thread count; bf16 AMX: the\n"
-           "attention of bf16 training on AMX tiles (kernels/attention_amx.h), where the CPU has them.\n");
+           "GFLOP/s over the mean k_gemm GFLOP/s at the same thread count; bf16 amx, bf16 avx512_bf16:\n"
+           "the attention of bf16 training on AMX tiles or on vdpbf16ps (kernels/attention_amx.h),\n"
+           "each where the CPU has it.\n");
     k_set_threads(saved_threads);
 
 done:

@@ -349,8 +349,7 @@ static dt_status run_init(bench_run *r, const char *label, const train_config *c
     }
     r->ready = 1;
     if (c->precision == TRAIN_PRECISION_BF16) {
-        if (c->bf16_attention == TRAIN_BF16_ATTENTION_AMX && !k_attention_amx_available())
-            return dt_errorf("train.bf16_attention = amx: this CPU (or kernel) has no AMX-BF16 tiles");
+        if (train_bf16_attention_check(c) != DT_OK) return DT_ERR;
         if (model_enable_bf16(&r->model) != DT_OK) return DT_ERR;
         r->parallel.bf16_products = 1;
         r->parallel.bf16_attention = (int)c->bf16_attention; /* ag_ctx.bf16_attention's values (train/trainer.c) */
@@ -740,8 +739,7 @@ int bench_train_main(int argc, char **argv) {
                 engine == K_BF16_GEMM_ONEDNN ? " (" : " (float32 GEMMs of bf16-rounded operands",
                 engine == K_BF16_GEMM_ONEDNN ? k_bf16_gemm_onednn_kernel() : "", ")");
         if (probe_bf16) fprintf(table, ", the same GEMMs in bf16: %.1f GFLOP/s", gemm16_gflops);
-        fprintf(table, "; attention: %s\n",
-                train_bf16_attention_uses_amx(&runs[n_runs - 1].cfg) ? "amx (bf16 tiles)" : "fp32");
+        fprintf(table, "; attention: %s\n", k_bf16_attention_name(train_bf16_attention_engine(&runs[n_runs - 1].cfg)));
     }
     for (int i = 0; i < n_runs; i++)
         print_run_table(table, &runs[i], &summaries[i],
@@ -775,7 +773,7 @@ int bench_train_main(int argc, char **argv) {
                "\"bf16_engine\": \"%s\", \"onednn_kernel\": \"%s\", \"bf16_attention\": \"%s\"},\n",
                (long long)probe.M, (long long)probe.N, (long long)probe.K, gemm_gflops, gemm16_gflops,
                k_bf16_gemm_name(k_bf16_gemm_active()), k_bf16_gemm_onednn_kernel(),
-               train_bf16_attention_uses_amx(&runs[n_runs - 1].cfg) ? "amx" : "fp32");
+               k_bf16_attention_name(train_bf16_attention_engine(&runs[n_runs - 1].cfg)));
         printf(
             " \"peak_rss_bytes\": %.0f, \"closed_form_bytes\": %.0f, \"rss_ratio\": %.4f, \"start_rss_bytes\": %.0f, "
             "\"arena_bytes\": %.0f,\n",

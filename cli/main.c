@@ -31,10 +31,10 @@ static void usage(FILE *out) {
         fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n  --version        print the version\n");
     fprintf(out, "\nenvironment (for measuring kernels against each other; the defaults follow the CPU):\n"
-                 "  DBRANCH_ISA=avx512|avx2|scalar        run the kernels at a lower instruction-set level\n"
-                 "  DBRANCH_MATVEC=interleaved|rowwise    the decode matvec's walk at the AVX-512 level\n"
-                 "  DBRANCH_BF16_GEMM=onednn|widen        the engine of bf16 training's matrix products\n"
-                 "  DBRANCH_BF16_ATTENTION=amx|fp32       the engine of bf16 training's attention\n");
+                 "  DBRANCH_ISA=avx512|avx2|scalar                run the kernels at a lower instruction-set level\n"
+                 "  DBRANCH_MATVEC=interleaved|rowwise            the decode matvec's walk at the AVX-512 level\n"
+                 "  DBRANCH_BF16_GEMM=onednn|widen                the engine of bf16 training's matrix products\n"
+                 "  DBRANCH_BF16_ATTENTION=amx|avx512_bf16|fp32   the engine of bf16 training's attention\n");
 }
 
 int cli_wants_help(int argc, char **argv) {

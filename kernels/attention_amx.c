@@ -83,10 +83,31 @@ int k_attention_amx_available(void) {
 static int engine_forced = 0;
 static k_bf16_attention_engine forced_engine = K_BF16_ATTENTION_FP32;
 
+int k_attention_avx512_bf16_available(void) {
+#if AMX_BUILD
+    return k_cpu_bf16_features().avx512_bf16 && k_isa_active() >= K_ISA_AVX512;
+#else
+    return 0;
+#endif
+}
+
+int k_bf16_attention_available(k_bf16_attention_engine engine) {
+    switch (engine) {
+    case K_BF16_ATTENTION_AMX:
+        return k_attention_amx_available() && k_isa_active() >= K_ISA_AVX512;
+    case K_BF16_ATTENTION_AVX512_BF16:
+        return k_attention_avx512_bf16_available();
+    default:
+        return 1;
+    }
+}
+
 /* A forced lower ISA level (DBRANCH_ISA=avx2|scalar, the tests' fallbacks)
  * turns the AVX-512 and AMX kernels off too. */
 k_bf16_attention_engine k_bf16_attention_default(void) {
-    return k_attention_amx_available() && k_isa_active() >= K_ISA_AVX512 ? K_BF16_ATTENTION_AMX : K_BF16_ATTENTION_FP32;
+    if (k_bf16_attention_available(K_BF16_ATTENTION_AMX)) return K_BF16_ATTENTION_AMX;
+    if (k_bf16_attention_available(K_BF16_ATTENTION_AVX512_BF16)) return K_BF16_ATTENTION_AVX512_BF16;
+    return K_BF16_ATTENTION_FP32;
 }
 
 k_bf16_attention_engine k_bf16_attention_active(void) {
@@ -96,6 +117,9 @@ k_bf16_attention_engine k_bf16_attention_active(void) {
 dt_status k_bf16_attention_force(k_bf16_attention_engine engine) {
     if (engine == K_BF16_ATTENTION_AMX && !k_attention_amx_available())
         return dt_errorf("bf16 attention engine amx: this CPU (or kernel) has no AMX-BF16 tiles to run it");
+    if (engine == K_BF16_ATTENTION_AVX512_BF16 && !k_attention_avx512_bf16_available())
+        return dt_errorf("bf16 attention engine avx512_bf16: this CPU has no AVX512_BF16 (or DBRANCH_ISA forces a "
+                         "level below AVX-512)");
     engine_forced = 1;
     forced_engine = engine;
     return DT_OK;
@@ -104,16 +128,25 @@ dt_status k_bf16_attention_force(k_bf16_attention_engine engine) {
 void k_bf16_attention_reset(void) { engine_forced = 0; }
 
 const char *k_bf16_attention_name(k_bf16_attention_engine engine) {
-    return engine == K_BF16_ATTENTION_AMX ? "amx" : "fp32";
+    switch (engine) {
+    case K_BF16_ATTENTION_AMX:
+        return "amx";
+    case K_BF16_ATTENTION_AVX512_BF16:
+        return "avx512_bf16";
+    default:
+        return "fp32";
+    }
 }
 
 dt_status k_bf16_attention_parse(const char *name, k_bf16_attention_engine *engine) {
     if (!strcmp(name, "amx"))
         *engine = K_BF16_ATTENTION_AMX;
+    else if (!strcmp(name, "avx512_bf16"))
+        *engine = K_BF16_ATTENTION_AVX512_BF16;
     else if (!strcmp(name, "fp32"))
         *engine = K_BF16_ATTENTION_FP32;
     else
-        return dt_errorf("bf16 attention engine '%s' must be amx|fp32", name);
+        return dt_errorf("bf16 attention engine '%s' must be amx|avx512_bf16|fp32", name);
     return DT_OK;
 }
 
@@ -236,6 +269,59 @@ TARGET_AMX static void tile_product(float *C, int64_t ldc, int accumulate, const
         }
 }
 
+/* The same product as tile_product with vdpbf16ps (AVX512_BF16 without the
+ * tiles: a Zen 4), on the same operand layouts. Each 32 x 32 block of C runs
+ * in four strips of 8 rows: 16 accumulators (8 rows x two 16-column halves);
+ * per pair of k, the two 64-byte halves of B's pair row and one broadcast
+ * pair of A per row, so each instruction sums 16 columns x 2 of k. Sums are
+ * float32 as on the tiles (the order within a pair differs: both engines are
+ * checked against float64 on the rounded operands, not against each other). */
+// C [64, n] (+)= A [64, k] bf16 rows (lda) · B [k/2][n][2] bf16 pairs (ldb per pair row)
+TARGET_AVX512_BF16 static void pair_dot_product(float *C, int64_t ldc, int accumulate, const uint16_t *A, int64_t lda,
+                                                const uint16_t *B, int64_t ldb, int n, int k, tile_part part) {
+    enum { STRIP = 8 };
+    for (int i = 0; i < TILE; i += 32)
+        for (int j = 0; j < n; j += 32) {
+            if (part == BLOCKS_ON_OR_BELOW && j > i) continue; /* as tile_product */
+            const int k_begin = part == SUM_FROM_ROW ? i : 0;
+            const int k_end = part == SUM_UP_TO_ROW ? i + 32 : k;
+            for (int r0 = i; r0 < i + 32; r0 += STRIP) {
+                __m512 acc[STRIP][2];
+                for (int r = 0; r < STRIP; r++) {
+                    const float *c = C + (r0 + r) * ldc + j;
+                    acc[r][0] = accumulate ? _mm512_loadu_ps(c) : _mm512_setzero_ps();
+                    acc[r][1] = accumulate ? _mm512_loadu_ps(c + 16) : _mm512_setzero_ps();
+                }
+                for (int p = k_begin; p < k_end; p += 2) {
+                    const uint16_t *b = B + (p / 2) * ldb + 2 * j;
+                    const __m512bh b_low = (__m512bh)_mm512_loadu_si512((const void *)b);
+                    const __m512bh b_high = (__m512bh)_mm512_loadu_si512((const void *)(b + 32));
+                    for (int r = 0; r < STRIP; r++) {
+                        uint32_t pair;
+                        memcpy(&pair, A + (r0 + r) * lda + p, sizeof pair);
+                        const __m512bh a = (__m512bh)_mm512_set1_epi32((int)pair);
+                        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b_low);
+                        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b_high);
+                    }
+                }
+                for (int r = 0; r < STRIP; r++) {
+                    float *c = C + (r0 + r) * ldc + j;
+                    _mm512_storeu_ps(c, acc[r][0]);
+                    _mm512_storeu_ps(c + 16, acc[r][1]);
+                }
+            }
+        }
+}
+
+/* The product on the engine's unit (tiles: AMX; else vdpbf16ps). */
+TARGET_AMX static inline void product(int tiles, float *C, int64_t ldc, int accumulate, const uint16_t *A, int64_t lda,
+                                      const uint16_t *B, int64_t ldb, int n, int k, tile_part part) {
+    if (tiles)
+        tile_product(C, ldc, accumulate, A, lda, B, ldb, n, k, part);
+    else
+        pair_dot_product(C, ldc, accumulate, A, lda, B, ldb, n, k, part);
+}
+
 /* ---- operand layouts (float32 in, bf16 out, rows past n_rows as zeros) ---- */
 
 /* 32 floats at p, rounded: bf16 of p[0..31] in order. */
@@ -345,7 +431,7 @@ TARGET_AVX512_BF16 static void pack_keys_values(uint16_t *k_pairs_t, uint16_t *v
 /* One (b, h, query tile): the online softmax over its key tiles.
  * q_rows: the tile's first query row in q [B,T,H*hd]; k_pairs_t, v_pairs: the
  * kv head's tiles; out, lse: the tile's rows of out [B,T,H*hd] and lse [B,H,T]. */
-TARGET_AMX static void forward_query_tile(float *out, float *lse, const float *q_rows, int64_t q_stride,
+TARGET_AMX static void forward_query_tile(int tiles, float *out, float *lse, const float *q_rows, int64_t q_stride,
                                           const uint16_t *k_pairs_t, const uint16_t *v_pairs, int64_t tile_q, int nq,
                                           int hd, float scale_log2) {
     _Alignas(64) uint16_t q_tile[TILE * K_ATTENTION_AMX_MAX_HEAD_DIM]; /* [64, hd] bf16 */
@@ -363,8 +449,8 @@ TARGET_AMX static void forward_query_tile(float *out, float *lse, const float *q
     const __m512 scale = _mm512_set1_ps(scale_log2);
     for (int64_t tile_k = 0; tile_k <= tile_q; tile_k++) {
         const int diagonal = tile_k == tile_q;
-        tile_product(scores, TILE, 0, q_tile, hd, k_pairs_t + tile_k * tile_elements(hd), 2 * TILE, TILE, hd,
-                     diagonal ? BLOCKS_ON_OR_BELOW : WHOLE);
+        product(tiles, scores, TILE, 0, q_tile, hd, k_pairs_t + tile_k * tile_elements(hd), 2 * TILE, TILE, hd,
+                diagonal ? BLOCKS_ON_OR_BELOW : WHOLE);
         /* Query r sees keys c < limit. Skipped blocks hold stale numbers: masked
          * lanes are loaded as zeros and their weights set to 0 by a mask. */
         for (int r = 0; r < TILE; r++) {
@@ -397,8 +483,8 @@ TARGET_AMX static void forward_query_tile(float *out, float *lse, const float *q
             }
         }
         COMPILER_BARRIER();
-        tile_product(acc, hd, 1, probs, TILE, v_pairs + tile_k * tile_elements(hd), 2 * hd, hd, TILE,
-                     diagonal ? SUM_UP_TO_ROW : WHOLE);
+        product(tiles, acc, hd, 1, probs, TILE, v_pairs + tile_k * tile_elements(hd), 2 * hd, hd, TILE,
+                diagonal ? SUM_UP_TO_ROW : WHOLE);
     }
     for (int r = 0; r < nq; r++) {
         const __m512 inv_sum = _mm512_set1_ps(1.0f / row_sum[r]);
@@ -408,8 +494,8 @@ TARGET_AMX static void forward_query_tile(float *out, float *lse, const float *q
     }
 }
 
-TARGET_AMX static void forward_amx(float *out, float *lse, const float *q, const float *k, const float *v, int64_t B,
-                                   int64_t T, int64_t H, int64_t Hkv, int hd, void *scratch) {
+TARGET_AMX static void forward_amx(int tiles, float *out, float *lse, const float *q, const float *k, const float *v,
+                                   int64_t B, int64_t T, int64_t H, int64_t Hkv, int hd, void *scratch) {
     const int64_t n_tiles = tiles_of(T), group = H / Hkv, q_stride = H * hd;
     uint16_t *k_pairs_t = scratch;
     uint16_t *v_pairs =
@@ -427,12 +513,12 @@ TARGET_AMX static void forward_amx(float *out, float *lse, const float *q, const
             const int64_t q0 = tile_q * TILE;
             const int nq = (int)(T - q0 < TILE ? T - q0 : TILE);
             const int64_t kv_tiles = (b * Hkv + kv_head) * n_tiles;
-            configure_tiles(); /* oneDNN may have run on this thread since */
-            forward_query_tile(out + (b * T + q0) * q_stride + h * hd, lse + (b * H + h) * T + q0,
+            if (tiles) configure_tiles(); /* oneDNN may have run on this thread since */
+            forward_query_tile(tiles, out + (b * T + q0) * q_stride + h * hd, lse + (b * H + h) * T + q0,
                                q + (b * T + q0) * q_stride + h * hd, q_stride, k_pairs_t + kv_tiles * tile_elements(hd),
                                v_pairs + kv_tiles * tile_elements(hd), tile_q, nq, hd, scale_log2);
         }
-        release_tiles();
+        if (tiles) release_tiles();
     }
 }
 
@@ -529,7 +615,7 @@ TARGET_AVX512_BF16 static void write_rows(float *dst, int64_t ld, int accumulate
 
 /* One (b, kv head): every key tile, every query head of the group, every
  * query tile at or after the key tile (as the float32 kernel). */
-TARGET_AMX static void backward_kv_head(const backward_operands *o, float *d_q, int accumulate_q, float *d_k,
+TARGET_AMX static void backward_kv_head(int tiles, const backward_operands *o, float *d_q, int accumulate_q, float *d_k,
                                         int accumulate_k, float *d_v, int accumulate_v, const float *lse, int64_t b,
                                         int64_t kv_head, int64_t T, int64_t H, int64_t Hkv, int hd) {
     const int64_t n_tiles = tiles_of(T), group = H / Hkv, q_stride = H * hd, kv_stride = Hkv * hd;
@@ -557,11 +643,11 @@ TARGET_AMX static void backward_kv_head(const backward_operands *o, float *d_q, 
                 const size_t q_at = (size_t)((b * H + h) * n_tiles + tile_q) * tile_size;
                 const int diagonal = tile_q == tile_k;
                 const tile_part scores_part = diagonal ? BLOCKS_ON_OR_BELOW : WHOLE;
-                tile_product(probs, TILE, 0, o->q_rows + q_at, hd, o->k_pairs_t + kv_at, 2 * TILE, TILE, hd,
-                             scores_part);
+                product(tiles, probs, TILE, 0, o->q_rows + q_at, hd, o->k_pairs_t + kv_at, 2 * TILE, TILE, hd,
+                        scores_part);
                 if (d_q || d_k)
-                    tile_product(dscores, TILE, 0, o->d_out_rows + q_at, hd, o->v_pairs_t + kv_at, 2 * TILE, TILE, hd,
-                                 scores_part);
+                    product(tiles, dscores, TILE, 0, o->d_out_rows + q_at, hd, o->v_pairs_t + kv_at, 2 * TILE, TILE, hd,
+                            scores_part);
                 /* P = exp(S - lse), dS = P ∘ (dP - D) · scale, both 0 where masked
                  * and on rows past T (stale numbers there are only ever masked) */
                 for (int r = 0; r < TILE; r++) {
@@ -590,17 +676,17 @@ TARGET_AMX static void backward_kv_head(const backward_operands *o, float *d_q, 
                 if (d_v) {
                     transpose_rounded(probs_t, probs);
                     COMPILER_BARRIER();
-                    tile_product(dv_acc, hd, 1, probs_t, TILE, o->d_out_pairs + q_at, 2 * hd, hd, TILE, keys_part);
+                    product(tiles, dv_acc, hd, 1, probs_t, TILE, o->d_out_pairs + q_at, 2 * hd, hd, TILE, keys_part);
                 }
                 if (d_k) {
                     transpose_rounded(ds_t, dscores);
                     COMPILER_BARRIER();
-                    tile_product(dk_acc, hd, 1, ds_t, TILE, o->q_pairs + q_at, 2 * hd, hd, TILE, keys_part);
+                    product(tiles, dk_acc, hd, 1, ds_t, TILE, o->q_pairs + q_at, 2 * hd, hd, TILE, keys_part);
                 }
                 if (d_q) {
                     COMPILER_BARRIER();
-                    tile_product(o->d_q_sums + q_at, hd, tile_k > 0, ds_rows, TILE, o->k_pairs + kv_at, 2 * hd, hd,
-                                 TILE, diagonal ? SUM_UP_TO_ROW : WHOLE);
+                    product(tiles, o->d_q_sums + q_at, hd, tile_k > 0, ds_rows, TILE, o->k_pairs + kv_at, 2 * hd, hd,
+                            TILE, diagonal ? SUM_UP_TO_ROW : WHOLE);
                 }
             }
         const int64_t row = (b * T + k0) * kv_stride + kv_head * hd;
@@ -617,7 +703,7 @@ TARGET_AMX static void backward_kv_head(const backward_operands *o, float *d_q, 
             }
 }
 
-TARGET_AMX static void backward_amx(float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v,
+TARGET_AMX static void backward_amx(int tiles, float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v,
                                     int accumulate_v, const float *d_out, const float *q, const float *k,
                                     const float *v, const float *out, const float *lse, int64_t B, int64_t T, int64_t H,
                                     int64_t Hkv, int hd, void *scratch) {
@@ -628,26 +714,28 @@ TARGET_AMX static void backward_amx(float *d_q, int accumulate_q, float *d_k, in
     {
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < n_tasks; task++) {
-            configure_tiles();
-            backward_kv_head(&o, d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, lse, task / Hkv, task % Hkv,
-                             T, H, Hkv, hd);
+            if (tiles) configure_tiles();
+            backward_kv_head(tiles, &o, d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, lse, task / Hkv,
+                             task % Hkv, T, H, Hkv, hd);
         }
-        release_tiles();
+        if (tiles) release_tiles();
     }
 }
 
 #endif /* AMX_BUILD */
 
-void k_attention_amx_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t B,
-                             int64_t T, int64_t H, int64_t Hkv, int64_t head_dim, void *scratch) {
+void k_attention_amx_forward(k_bf16_attention_engine engine, float *out, float *lse, const float *q, const float *k,
+                             const float *v, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t head_dim,
+                             void *scratch) {
     if (B <= 0 || T <= 0) return;
 #if AMX_BUILD
-    if (k_attention_amx_available() && k_attention_amx_serves(H, Hkv, head_dim)) {
-        forward_amx(out, lse, q, k, v, B, T, H, Hkv, (int)head_dim, scratch);
+    if (engine != K_BF16_ATTENTION_FP32 && k_bf16_attention_available(engine) &&
+        k_attention_amx_serves(H, Hkv, head_dim)) {
+        forward_amx(engine == K_BF16_ATTENTION_AMX, out, lse, q, k, v, B, T, H, Hkv, (int)head_dim, scratch);
         return;
     }
 #else
-    (void)q, (void)k, (void)v, (void)Hkv, (void)scratch;
+    (void)engine, (void)q, (void)k, (void)v, (void)Hkv, (void)scratch;
 #endif
     /* callers check first; a wrong call is loud, never silently wrong */
     for (int64_t i = 0; i < B * T * H * head_dim; i++)
@@ -656,20 +744,21 @@ void k_attention_amx_forward(float *out, float *lse, const float *q, const float
         lse[i] = NAN;
 }
 
-void k_attention_amx_backward(float *d_q, int accumulate_q, float *d_k, int accumulate_k, float *d_v, int accumulate_v,
-                              const float *d_out, const float *q, const float *k, const float *v, const float *out,
-                              const float *lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t head_dim,
-                              void *scratch) {
+void k_attention_amx_backward(k_bf16_attention_engine engine, float *d_q, int accumulate_q, float *d_k,
+                              int accumulate_k, float *d_v, int accumulate_v, const float *d_out, const float *q,
+                              const float *k, const float *v, const float *out, const float *lse, int64_t B, int64_t T,
+                              int64_t H, int64_t Hkv, int64_t head_dim, void *scratch) {
     if (B <= 0 || T <= 0 || (!d_q && !d_k && !d_v)) return;
 #if AMX_BUILD
-    if (k_attention_amx_available() && k_attention_amx_serves(H, Hkv, head_dim)) {
-        backward_amx(d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, d_out, q, k, v, out, lse, B, T, H, Hkv,
-                     (int)head_dim, scratch);
+    if (engine != K_BF16_ATTENTION_FP32 && k_bf16_attention_available(engine) &&
+        k_attention_amx_serves(H, Hkv, head_dim)) {
+        backward_amx(engine == K_BF16_ATTENTION_AMX, d_q, accumulate_q, d_k, accumulate_k, d_v, accumulate_v, d_out, q,
+                     k, v, out, lse, B, T, H, Hkv, (int)head_dim, scratch);
         return;
     }
 #else
-    (void)accumulate_q, (void)accumulate_k, (void)accumulate_v, (void)d_out, (void)q, (void)k, (void)v, (void)out,
-        (void)lse, (void)scratch;
+    (void)engine, (void)accumulate_q, (void)accumulate_k, (void)accumulate_v, (void)d_out, (void)q, (void)k, (void)v,
+        (void)out, (void)lse, (void)scratch;
 #endif
     const int64_t hd = head_dim > 0 ? head_dim : 0;
     for (int64_t i = 0; d_q && i < B * T * H * hd; i++)

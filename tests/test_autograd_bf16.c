@@ -346,11 +346,12 @@ Test(bf16_ops, onednn_engine_agrees_with_widen) {
     dt_tensor_free(x), dt_tensor_free(W), dt_tensor_free(b);
 }
 
-/* Attention under bf16 products runs the AMX kernels where the CPU has them
- * (kernels/attention_amx.h), forward and backward, and the float32 kernels
- * otherwise, with ALiBi's bias, or with DBRANCH_BF16_ATTENTION=fp32: the
- * op's output and gradients are those kernels' bits. */
-static void check_attention_engine(int bf16_products, const float *slopes, int expect_amx) {
+/* Attention under bf16 products runs the bf16 kernels of the CPU's engine
+ * (kernels/attention_amx.h: AMX tiles, else AVX512_BF16), forward and
+ * backward, and the float32 kernels otherwise, with ALiBi's bias, or with
+ * DBRANCH_BF16_ATTENTION=fp32: the op's output and gradients are those
+ * kernels' bits. */
+static void check_attention_engine(int bf16_products, const float *slopes, k_bf16_attention_engine expect) {
     enum { B = 2, T = 70, H = 2, Hkv = 1, HD = 32 };
     dt_tensor *q = param(61, DT_SHAPE(B, T, H * HD)), *k = param(62, DT_SHAPE(B, T, Hkv * HD));
     dt_tensor *v = param(63, DT_SHAPE(B, T, Hkv * HD)), *R = param(64, DT_SHAPE(B, T, H * HD));
@@ -362,12 +363,12 @@ static void check_attention_engine(int bf16_products, const float *slopes, int e
     cr_assert_eq(ag_backward(&ctx, ag_sum(&ctx, ag_mul(&ctx, out, R))), DT_OK, "%s", dt_error_message());
 
     float want_out[B * T * H * HD], lse[B * H * T], d_q[B * T * H * HD], d_k[B * T * Hkv * HD], d_v[B * T * Hkv * HD];
-    if (expect_amx) {
+    if (expect != K_BF16_ATTENTION_FP32) {
         static _Alignas(64) unsigned char scratch[1 << 20];
         cr_assert(k_attention_amx_backward_scratch(B, T, H, Hkv, HD) <= sizeof scratch);
-        k_attention_amx_forward(want_out, lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, HD, scratch);
-        k_attention_amx_backward(d_q, 0, d_k, 0, d_v, 0, dt_f32(R), dt_f32(q), dt_f32(k), dt_f32(v), want_out, lse, B,
-                                 T, H, Hkv, HD, scratch);
+        k_attention_amx_forward(expect, want_out, lse, dt_f32(q), dt_f32(k), dt_f32(v), B, T, H, Hkv, HD, scratch);
+        k_attention_amx_backward(expect, d_q, 0, d_k, 0, d_v, 0, dt_f32(R), dt_f32(q), dt_f32(k), dt_f32(v), want_out,
+                                 lse, B, T, H, Hkv, HD, scratch);
     } else {
         static float scratch[B * H * T];
         cr_assert(k_attention_backward_scratch(B, T, H, Hkv, HD) <= (int64_t)(sizeof scratch / sizeof *scratch));
@@ -375,31 +376,45 @@ static void check_attention_engine(int bf16_products, const float *slopes, int e
         k_attention_backward_biased(d_q, 0, d_k, 0, d_v, 0, dt_f32(R), dt_f32(q), dt_f32(k), dt_f32(v), want_out, lse,
                                     B, T, H, Hkv, HD, slopes, scratch);
     }
-    const char *engine = expect_amx ? "the AMX kernels" : "the float32 kernels";
-    cr_assert(!memcmp(out->data, want_out, sizeof want_out), "attention's output is not %s'", engine);
-    cr_assert(!memcmp(q->grad, d_q, sizeof d_q), "d_q is not %s'", engine);
-    cr_assert(!memcmp(k->grad, d_k, sizeof d_k), "d_k is not %s'", engine);
-    cr_assert(!memcmp(v->grad, d_v, sizeof d_v), "d_v is not %s'", engine);
+    const char *engine = k_bf16_attention_name(expect);
+    cr_assert(!memcmp(out->data, want_out, sizeof want_out), "attention's output is not the %s kernels'", engine);
+    cr_assert(!memcmp(q->grad, d_q, sizeof d_q), "d_q is not the %s kernels'", engine);
+    cr_assert(!memcmp(k->grad, d_k, sizeof d_k), "d_k is not the %s kernels'", engine);
+    cr_assert(!memcmp(v->grad, d_v, sizeof d_v), "d_v is not the %s kernels'", engine);
     ctx.bf16_products = 0;
     dt_tensor_free(q), dt_tensor_free(k), dt_tensor_free(v), dt_tensor_free(R);
 }
 
 Test(bf16_ops, attention_engine_follows_precision_and_cpu) {
-    const int amx = k_attention_amx_available();
     const float slopes[2] = {0.5f, 0.25f};
-    check_attention_engine(1, NULL, amx);
-    check_attention_engine(0, NULL, 0);
-    check_attention_engine(1, slopes, 0); /* ALiBi keeps float32 */
+    check_attention_engine(1, NULL, k_bf16_attention_default());
+    check_attention_engine(0, NULL, K_BF16_ATTENTION_FP32);
+    check_attention_engine(1, slopes, K_BF16_ATTENTION_FP32); /* ALiBi keeps float32 */
     cr_assert_eq(k_bf16_attention_force(K_BF16_ATTENTION_FP32), DT_OK);
-    check_attention_engine(1, NULL, 0);
+    check_attention_engine(1, NULL, K_BF16_ATTENTION_FP32);
     k_bf16_attention_reset();
+    /* each engine the CPU has, forced, with the context's own choice */
+    if (k_bf16_attention_available(K_BF16_ATTENTION_AVX512_BF16)) {
+        cr_assert_eq(k_bf16_attention_force(K_BF16_ATTENTION_AVX512_BF16), DT_OK);
+        check_attention_engine(1, NULL, K_BF16_ATTENTION_AVX512_BF16);
+        k_bf16_attention_reset();
+        ctx.bf16_attention = AG_BF16_ATTENTION_AVX512_BF16;
+        check_attention_engine(1, NULL, K_BF16_ATTENTION_AVX512_BF16);
+        ctx.bf16_attention = AG_BF16_ATTENTION_AUTO;
+    }
+    if (k_bf16_attention_available(K_BF16_ATTENTION_AMX)) {
+        ctx.bf16_attention = AG_BF16_ATTENTION_AMX;
+        check_attention_engine(1, NULL, K_BF16_ATTENTION_AMX);
+        ctx.bf16_attention = AG_BF16_ATTENTION_AUTO;
+    }
 }
 
-/* One tensor as q, k and v (H = Hkv): under the AMX kernels its gradient is
+/* One tensor as q, k and v (H = Hkv): under the bf16 kernels its gradient is
  * the sum of the three the kernel gives separately (within float32 rounding
  * of the different order of the sums). */
 Test(bf16_ops, aliased_attention_on_amx_sums_the_three_gradients) {
-    if (!k_attention_amx_available()) cr_skip_test("this CPU (or kernel) has no AMX-BF16 tiles");
+    const k_bf16_attention_engine engine = k_bf16_attention_default();
+    if (engine == K_BF16_ATTENTION_FP32) cr_skip_test("this CPU has neither AMX-BF16 tiles nor AVX512_BF16");
     enum { B = 1, T = 90, H = 2, HD = 32, N = B * T * H * HD };
     dt_tensor *x = param(71, DT_SHAPE(B, T, H * HD)), *R = param(72, DT_SHAPE(B, T, H * HD));
     R->requires_grad = 0;
@@ -413,10 +428,11 @@ Test(bf16_ops, aliased_attention_on_amx_sums_the_three_gradients) {
     static float want_out[N], lse[B * H * T], d_q[N], d_k[N], d_v[N];
     static _Alignas(64) unsigned char scratch[1 << 20];
     cr_assert(k_attention_amx_backward_scratch(B, T, H, H, HD) <= sizeof scratch);
-    k_attention_amx_forward(want_out, lse, dt_f32(x), dt_f32(x), dt_f32(x), B, T, H, H, HD, scratch);
-    k_attention_amx_backward(d_q, 0, d_k, 0, d_v, 0, dt_f32(R), dt_f32(x), dt_f32(x), dt_f32(x), want_out, lse, B, T, H,
-                             H, HD, scratch);
-    cr_assert(!memcmp(out->data, want_out, sizeof want_out), "the aliased forward is not the AMX kernel's");
+    k_attention_amx_forward(engine, want_out, lse, dt_f32(x), dt_f32(x), dt_f32(x), B, T, H, H, HD, scratch);
+    k_attention_amx_backward(engine, d_q, 0, d_k, 0, d_v, 0, dt_f32(R), dt_f32(x), dt_f32(x), dt_f32(x), want_out, lse,
+                             B, T, H, H, HD, scratch);
+    cr_assert(!memcmp(out->data, want_out, sizeof want_out), "the aliased forward is not the %s kernel's",
+              k_bf16_attention_name(engine));
     for (int i = 0; i < N; i++) {
         const float want = d_q[i] + d_k[i] + d_v[i];
         const float scale = fabsf(d_q[i]) + fabsf(d_k[i]) + fabsf(d_v[i]);

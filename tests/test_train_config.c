@@ -408,8 +408,16 @@ Test(train_config, bf16_attention_key) {
     cr_assert_eq(train_config_set(&cfg, "train.bf16_attention=amx"), DT_OK, "%s", dt_error_message());
     cr_assert_eq(cfg.bf16_attention, TRAIN_BF16_ATTENTION_AMX);
     cr_assert_eq(train_config_set(&cfg, "train.bf16_attention=tiles"), DT_ERR);
-    cr_assert(strstr(dt_error_message(), "train.bf16_attention = 'tiles' must be auto|amx|fp32"), "%s",
+    cr_assert(strstr(dt_error_message(), "train.bf16_attention = 'tiles' must be auto|amx|avx512_bf16|fp32"), "%s",
               dt_error_message());
     cr_assert_eq(cfg.bf16_attention, TRAIN_BF16_ATTENTION_AMX, "a refused value changes nothing");
-    cr_assert(!train_bf16_attention_uses_amx(&cfg), "float32 training never runs the AMX attention");
+    cr_assert_eq(train_bf16_attention_engine(&cfg), K_BF16_ATTENTION_FP32,
+                 "float32 training never runs the bf16 attention");
+    cr_assert_eq(train_config_set(&cfg, "train.bf16_attention=avx512_bf16"), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(cfg.bf16_attention, TRAIN_BF16_ATTENTION_AVX512_BF16);
+    cr_assert_str_eq(train_bf16_attention_name(cfg.bf16_attention), "avx512_bf16");
+    cfg.precision = TRAIN_PRECISION_BF16;
+    cr_assert_eq(train_bf16_attention_engine(&cfg),
+                 k_attention_avx512_bf16_available() ? K_BF16_ATTENTION_AVX512_BF16 : K_BF16_ATTENTION_FP32);
+    cr_assert_eq(train_bf16_attention_check(&cfg), k_attention_avx512_bf16_available() ? DT_OK : DT_ERR);
 }

@@ -453,10 +453,10 @@ Test(train_loop, bf16_trains_like_fp32, .init = setup, .fini = teardown, .timeou
     cr_assert(strcmp(first_fp32, first_bf16) != 0, "the bf16 run's first step is the float32 one");
 }
 
-/* train.bf16_attention: amx and fp32 are different arithmetic (the first
- * step's loss differs) that both learn alike, auto is amx on an AMX CPU, and
- * a run with AMX attention resumes bit for bit. Without AMX, amx is one clear
- * error at the start and auto runs float32. */
+/* train.bf16_attention: amx, avx512_bf16 and fp32 are different arithmetic
+ * (the first step's loss differs) that all learn alike, auto is the CPU's
+ * default engine, and a run with bf16 attention resumes bit for bit. An
+ * engine the CPU lacks is one clear error at the start. */
 static trainer_result bf16_attention_run(train_bf16_attention choice, const char *name, char *first_step, size_t size) {
     bf16_model = 1;
     amx_heads = 1;
@@ -471,33 +471,50 @@ static trainer_result bf16_attention_run(train_bf16_attention choice, const char
     return result;
 }
 
-Test(train_loop, bf16_attention_key_selects_the_kernels, .init = setup, .fini = teardown, .timeout = 120) {
-    char first_fp32[1024], first_amx[1024], first_auto[1024];
+Test(train_loop, bf16_attention_key_selects_the_kernels, .init = setup, .fini = teardown, .timeout = 180) {
+    char first_fp32[1024], first_auto[1024], first_engine[1024];
     const trainer_result fp32 = bf16_attention_run(TRAIN_BF16_ATTENTION_FP32, "attn_fp32", first_fp32, 1024);
     const trainer_result automatic = bf16_attention_run(TRAIN_BF16_ATTENTION_AUTO, "attn_auto", first_auto, 1024);
-    if (!k_attention_amx_available()) {
-        cr_assert_str_eq(first_auto, first_fp32, "auto runs float32 attention without AMX");
-        amx_heads_attention = TRAIN_BF16_ATTENTION_AMX;
-        train_config cfg = learning_config("attn_amx", 1);
-        trainer t;
-        trainer_options options = {0};
-        cr_assert_eq(trainer_init(&t, &cfg, &options), DT_ERR, "amx accepted on a CPU without it");
-        cr_assert(strstr(dt_error_message(), "train.bf16_attention = amx"), "%s", dt_error_message());
-        return;
+    if (k_bf16_attention_default() == K_BF16_ATTENTION_FP32)
+        cr_assert_str_eq(first_auto, first_fp32, "auto runs float32 attention without a bf16 engine");
+    const struct {
+        train_bf16_attention key;
+        k_bf16_attention_engine engine;
+        const char *name;
+    } engines[] = {{TRAIN_BF16_ATTENTION_AMX, K_BF16_ATTENTION_AMX, "amx"},
+                   {TRAIN_BF16_ATTENTION_AVX512_BF16, K_BF16_ATTENTION_AVX512_BF16, "avx512_bf16"}};
+    for (size_t e = 0; e < sizeof engines / sizeof engines[0]; e++) {
+        char dir[64], expected[96];
+        snprintf(dir, sizeof dir, "attn_%s", engines[e].name);
+        if (!k_bf16_attention_available(engines[e].engine)) {
+            amx_heads_attention = engines[e].key;
+            train_config cfg = learning_config(dir, 1);
+            trainer t;
+            trainer_options options = {0};
+            cr_assert_eq(trainer_init(&t, &cfg, &options), DT_ERR, "%s accepted on a CPU without it", engines[e].name);
+            snprintf(expected, sizeof expected, "train.bf16_attention = %s", engines[e].name);
+            cr_assert(strstr(dt_error_message(), expected), "%s", dt_error_message());
+            continue;
+        }
+        const trainer_result pinned = bf16_attention_run(engines[e].key, dir, first_engine, 1024);
+        if (k_bf16_attention_default() == engines[e].engine) {
+            cr_assert_str_eq(first_auto, first_engine, "auto is %s on this CPU", engines[e].name);
+            cr_assert_eq(automatic.final_eval.loss, pinned.final_eval.loss);
+        }
+        cr_assert(strcmp(first_engine, first_fp32) != 0, "%s attention gave float32 attention's first step",
+                  engines[e].name);
+        cr_assert(fabs(pinned.final_eval.loss - fp32.final_eval.loss) < 0.02 * fp32.final_eval.loss,
+                  "val loss with %s attention %g vs float32 attention %g", engines[e].name, pinned.final_eval.loss,
+                  fp32.final_eval.loss);
     }
-    const trainer_result amx = bf16_attention_run(TRAIN_BF16_ATTENTION_AMX, "attn_amx", first_amx, 1024);
-    cr_assert_str_eq(first_auto, first_amx, "auto is amx on an AMX CPU");
-    cr_assert_eq(automatic.final_eval.loss, amx.final_eval.loss);
-    cr_assert(strcmp(first_amx, first_fp32) != 0, "amx attention gave float32 attention's first step");
-    cr_assert(fabs(amx.final_eval.loss - fp32.final_eval.loss) < 0.02 * fp32.final_eval.loss,
-              "val loss with AMX attention %g vs float32 attention %g", amx.final_eval.loss, fp32.final_eval.loss);
 }
 
 Test(train_loop, resume_is_bit_exact_bf16_amx_attention, .init = setup, .fini = teardown, .timeout = 120) {
-    if (!k_attention_amx_available()) cr_skip_test("this CPU (or kernel) has no AMX-BF16 tiles");
+    if (k_bf16_attention_default() == K_BF16_ATTENTION_FP32)
+        cr_skip_test("this CPU has neither AMX-BF16 tiles nor AVX512_BF16");
     bf16_model = 1;
     amx_heads = 1;
-    amx_heads_attention = TRAIN_BF16_ATTENTION_AMX;
+    amx_heads_attention = TRAIN_BF16_ATTENTION_AUTO; /* the CPU's bf16 engine */
     check_resume_is_exact(1, OPTIM_ADAMW, 1, 2);
 }
 

@@ -238,7 +238,7 @@ dt_status train_provenance_record(const train_config *cfg, const char *config_te
     p.resume_path = resume_path;
     p.resume_step = resume_step;
     /* the run's own choice (train.bf16_attention), not only the process default */
-    snprintf(p.bf16_attention, sizeof p.bf16_attention, "%s", train_bf16_attention_uses_amx(cfg) ? "amx" : "fp32");
+    snprintf(p.bf16_attention, sizeof p.bf16_attention, "%s", k_bf16_attention_name(train_bf16_attention_engine(cfg)));
     p.total_steps = train_config_total_steps(cfg);
     p.tokens_per_step = train_config_tokens_per_step(cfg);
     char path[TRAIN_PATH_MAX + 32];

@@ -106,13 +106,41 @@ int64_t train_pass_mix_max(const train_pass_mix *mix) {
 }
 
 const char *train_bf16_attention_name(train_bf16_attention choice) {
-    return choice == TRAIN_BF16_ATTENTION_AMX ? "amx" : choice == TRAIN_BF16_ATTENTION_FP32 ? "fp32" : "auto";
+    switch (choice) {
+    case TRAIN_BF16_ATTENTION_AMX:
+        return "amx";
+    case TRAIN_BF16_ATTENTION_AVX512_BF16:
+        return "avx512_bf16";
+    case TRAIN_BF16_ATTENTION_FP32:
+        return "fp32";
+    default:
+        return "auto";
+    }
 }
 
-int train_bf16_attention_uses_amx(const train_config *c) {
-    if (c->precision != TRAIN_PRECISION_BF16) return 0;
-    if (c->bf16_attention == TRAIN_BF16_ATTENTION_AMX) return k_attention_amx_available();
-    return c->bf16_attention == TRAIN_BF16_ATTENTION_AUTO && k_bf16_attention_active() == K_BF16_ATTENTION_AMX;
+/* The engine the key pins (auto: none, reported as fp32 by the caller's rule). */
+static k_bf16_attention_engine pinned_engine(train_bf16_attention choice) {
+    return choice == TRAIN_BF16_ATTENTION_AMX           ? K_BF16_ATTENTION_AMX
+           : choice == TRAIN_BF16_ATTENTION_AVX512_BF16 ? K_BF16_ATTENTION_AVX512_BF16
+                                                        : K_BF16_ATTENTION_FP32;
+}
+
+k_bf16_attention_engine train_bf16_attention_engine(const train_config *c) {
+    if (c->precision != TRAIN_PRECISION_BF16) return K_BF16_ATTENTION_FP32;
+    if (c->bf16_attention == TRAIN_BF16_ATTENTION_AUTO) return k_bf16_attention_active();
+    const k_bf16_attention_engine engine = pinned_engine(c->bf16_attention);
+    return k_bf16_attention_available(engine) ? engine : K_BF16_ATTENTION_FP32;
+}
+
+dt_status train_bf16_attention_check(const train_config *c) {
+    if (c->precision != TRAIN_PRECISION_BF16) return DT_OK;
+    if (c->bf16_attention == TRAIN_BF16_ATTENTION_AMX && !k_attention_amx_available())
+        return dt_errorf("train.bf16_attention = amx: this CPU (or kernel) has no AMX-BF16 tiles (auto or fp32 run "
+                         "everywhere)");
+    if (c->bf16_attention == TRAIN_BF16_ATTENTION_AVX512_BF16 && !k_attention_avx512_bf16_available())
+        return dt_errorf("train.bf16_attention = avx512_bf16: this CPU has no AVX512_BF16, or DBRANCH_ISA forces a "
+                         "level below AVX-512 (auto or fp32 run everywhere)");
+    return DT_OK;
 }
 
 const char *train_precision_name(train_precision precision) {
@@ -171,10 +199,12 @@ static dt_status set_value(train_config *cfg, const config_key *k, const char *t
             *(train_bf16_attention *)field = TRAIN_BF16_ATTENTION_AUTO;
         else if (!strcmp(text, "amx"))
             *(train_bf16_attention *)field = TRAIN_BF16_ATTENTION_AMX;
+        else if (!strcmp(text, "avx512_bf16"))
+            *(train_bf16_attention *)field = TRAIN_BF16_ATTENTION_AVX512_BF16;
         else if (!strcmp(text, "fp32"))
             *(train_bf16_attention *)field = TRAIN_BF16_ATTENTION_FP32;
         else
-            return dt_errorf("%s = '%s' must be auto|amx|fp32", k->full_name, text);
+            return dt_errorf("%s = '%s' must be auto|amx|avx512_bf16|fp32", k->full_name, text);
         return DT_OK;
     }
     return DT_ERR;

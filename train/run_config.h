@@ -20,6 +20,7 @@
 
 #include "core/comm.h"
 #include "core/error.h"
+#include "kernels/attention_amx.h"
 #include "models/config.h"
 #include "models/feedback.h"
 #include "optim/optim.h"
@@ -47,7 +48,8 @@ const char *train_precision_name(train_precision precision);
 typedef enum {
     TRAIN_BF16_ATTENTION_AUTO = 0,
     TRAIN_BF16_ATTENTION_AMX = 1,
-    TRAIN_BF16_ATTENTION_FP32 = 2
+    TRAIN_BF16_ATTENTION_FP32 = 2,
+    TRAIN_BF16_ATTENTION_AVX512_BF16 = 3
 } train_bf16_attention;
 const char *train_bf16_attention_name(train_bf16_attention choice);
 
@@ -73,9 +75,13 @@ typedef struct train_config {
 } train_config;
 
 train_config train_config_default(void);
-/* 1 when the run's bf16 steps put attention on AMX tiles: precision = bf16
- * and train.bf16_attention amx, or auto on a CPU that defaults to them. */
-int train_bf16_attention_uses_amx(const train_config *c);
+/* Where the run's attention products run (kernels/attention_amx.h): fp32
+ * unless precision = bf16; then the engine train.bf16_attention pins, or
+ * under auto the CPU's default. */
+k_bf16_attention_engine train_bf16_attention_engine(const train_config *c);
+/* The key's value as an engine to check (auto: none, K_BF16_ATTENTION_FP32);
+ * an error naming the key when the CPU cannot run the engine it pins. */
+dt_status train_bf16_attention_check(const train_config *c);
 
 /* Reads an INI file over cfg (start from train_config_default()). */
 dt_status train_config_load(train_config *cfg, const char *path);

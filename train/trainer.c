@@ -27,7 +27,8 @@
 
 _Static_assert((int)TRAIN_BF16_ATTENTION_AUTO == (int)AG_BF16_ATTENTION_AUTO &&
                    (int)TRAIN_BF16_ATTENTION_AMX == (int)AG_BF16_ATTENTION_AMX &&
-                   (int)TRAIN_BF16_ATTENTION_FP32 == (int)AG_BF16_ATTENTION_FP32,
+                   (int)TRAIN_BF16_ATTENTION_FP32 == (int)AG_BF16_ATTENTION_FP32 &&
+                   (int)TRAIN_BF16_ATTENTION_AVX512_BF16 == (int)AG_BF16_ATTENTION_AVX512_BF16,
                "train.bf16_attention's values are ag_ctx.bf16_attention's");
 
 /* What trainer_free must release (trainer.ready bits). */
@@ -301,11 +302,7 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     /* train.precision = bf16: the weights' bf16 copies (the replicas share
      * them), refreshed at the start of every step. */
     if (c->precision == TRAIN_PRECISION_BF16) {
-        if (c->bf16_attention == TRAIN_BF16_ATTENTION_AMX && !k_attention_amx_available()) {
-            dt_errorf("train.bf16_attention = amx: this CPU (or kernel) has no AMX-BF16 tiles (auto or fp32 run "
-                      "everywhere)");
-            goto fail;
-        }
+        if (train_bf16_attention_check(c) != DT_OK) goto fail;
         if (model_enable_bf16(&t->model) != DT_OK) goto fail;
         t->parallel.bf16_products = 1;
         t->parallel.bf16_attention = (int)c->bf16_attention; /* the same values (asserted above) */
@@ -554,9 +551,12 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
                               "numerics, a little below float32 speed)",
                               k_bf16_gemm_default() == K_BF16_GEMM_WIDEN ? "this CPU has no AVX512_BF16 or AMX-BF16"
                                                                          : "DBRANCH_BF16_GEMM=widen");
+        const k_bf16_attention_engine attention = train_bf16_attention_engine(c);
         train_log_message(&t->log, "precision bf16: attention %s (train.bf16_attention = %s)",
-                          train_bf16_attention_uses_amx(c) ? "on AMX tiles (bf16 products, float32 softmax)"
-                                                           : "in float32",
+                          attention == K_BF16_ATTENTION_AMX ? "on AMX tiles (bf16 products, float32 softmax)"
+                          : attention == K_BF16_ATTENTION_AVX512_BF16
+                              ? "on AVX512_BF16 (bf16 products, float32 softmax)"
+                              : "in float32",
                           train_bf16_attention_name(c->bf16_attention));
     }
     if (t->options.resume_path)
