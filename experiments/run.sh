@@ -223,6 +223,11 @@ BRANCH=(--set model.branch=decode)
 # shellcheck source=precision/study.sh
 . "$ROOT/experiments/precision/study.sh"
 
+# One compound command to the end of the file, closed by exit: bash parses it
+# whole before running it, so editing this file while a study runs (hours)
+# cannot change what the running invocation executes next (bash otherwise
+# reads a script as it goes, and an edit made its end run garbage).
+{
 case "$STUDY" in
 matched) study_matched ;;
 control) study_control ;;
@@ -239,3 +244,5 @@ precision) study_precision ;;
 all) study_matched; study_control; study_ablations; study_moe ;;
 esac
 echo "== done: $OUT" >&2
+exit 0
+}

@@ -350,3 +350,46 @@ Test(cli_experiments, interrupted_run_resumes_from_its_checkpoint, .init = setup
     if (cut_b) *cut_b = '\0';
     cr_assert_str_eq(last_eval, final_eval, "the resumed run ends elsewhere");
 }
+
+/* A study runs for hours, and editing experiments/run.sh meanwhile must not
+ * change what the running invocation executes: bash reads a script as it
+ * goes, so an edit used to make the end of a running study fail (a syntax
+ * error at a shifted offset, the end-of-study tables not rebuilt). The edit is
+ * made deterministically: the study's binary is a wrapper that rewrites the
+ * copied run.sh in place (same inode, every offset shifted) before each
+ * `dbranch train`, then runs the real binary. */
+Test(cli_experiments, editing_run_sh_during_a_study_leaves_it_running, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    const char *source = getenv("DBRANCH_SOURCE_DIR");
+    cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
+    const char *binary = test_dbranch_binary();
+    char command[4096], wrapper[256];
+    snprintf(command, sizeof command, "mkdir -p '%s/tree' && cp -r '%s/experiments' '%s/tree/'", work_dir, source,
+             work_dir);
+    cr_assert_eq(system(command), 0, "could not copy experiments/");
+    snprintf(wrapper, sizeof wrapper, "%s/edit_then_run.sh", work_dir);
+    FILE *f = fopen(wrapper, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "#!/bin/sh\n"
+            "# before each training run: 40 lines into the running script's second line, in place\n"
+            "if [ \"$1\" = train ]; then\n"
+            "  script='%s/tree/experiments/run.sh'\n"
+            "  { head -n 1 \"$script\"; for i in $(seq 40); do echo '# an edit made while the study runs'; done;\n"
+            "    tail -n +2 \"$script\"; } >\"$script.edited\" && cat \"$script.edited\" >\"$script\"\n"
+            "fi\n"
+            "exec '%s' \"$@\"\n",
+            work_dir, binary);
+    fclose(f);
+    cr_assert_eq(chmod(wrapper, 0755), 0);
+    snprintf(command, sizeof command,
+             "cd '%s' && DBRANCH_BINARY='%s' bash '%s/tree/experiments/run.sh' recurrent --quick --threads 1 --seeds 1 "
+             "--rows standard-4L --out '%s/out' --data-dir '%s/data' >'%s/study.txt' 2>&1",
+             source, wrapper, work_dir, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the study failed after its script was edited (see %s/study.txt)", work_dir);
+    snprintf(command, sizeof command, "grep -q '^== done: ' '%s/study.txt'", work_dir);
+    cr_assert_eq(system(command), 0, "the study did not reach its end (see %s/study.txt)", work_dir);
+    snprintf(command, sizeof command,
+             "grep -c 'an edit made while the study runs' '%s/tree/experiments/run.sh' | grep -qv '^0$'", work_dir);
+    cr_assert_eq(system(command), 0, "the wrapper made no edit: the test proves nothing");
+}
