@@ -1,4 +1,5 @@
-/* Flash attention with bf16 products on AMX tiles (kernels/attention_amx.h).
+/* Flash attention with bf16 products on AMX tiles, or on vdpbf16ps where the
+ * CPU has AVX512_BF16 but no tiles (kernels/attention_amx.h).
  *
  * Why its own kernel: at train.precision = bf16 the float32 flash attention
  * was 17% of a char step on the AMX Xeon, and one oneDNN call per (batch,
@@ -27,8 +28,15 @@
  * the same thread load their own between our calls. Linux hands out the tile
  * state only on request (arch_prctl ARCH_REQ_XCOMP_PERM), asked once.
  *
+ * The vdpbf16ps engine is the same code with one product function swapped
+ * (pair_dot_product for tile_product, through product()) and the tile
+ * configuration skipped: the flash functions carry the AMX target attribute,
+ * but only tile_product and the configure/release pair hold AMX
+ * instructions, and those run only with tiles = 1.
+ *
  * Functions that use AVX-512 or AMX carry target attributes, so the file
- * builds for any x86-64 and nothing runs unless k_attention_amx_available. */
+ * builds for any x86-64 and nothing runs unless k_bf16_attention_available
+ * says the engine can. */
 #include "kernels/attention_amx.h"
 
 #include <math.h>
