@@ -145,6 +145,15 @@ study_dsweep() {
     *) echo "run.sh dsweep: DSWEEP_PRECISION = '$DSWEEP_PRECISION' must be fp32|bf16" >&2; exit 2 ;;
     esac
     local config=${DSWEEP_CONFIG:-$default_config} corpus=${DSWEEP_CORPUS:-large_bpe4096} params=${DSWEEP_PARAMS:-}
+    # Another config is another series, in its own folder (OUT/dsweep-<name>/,
+    # <name> the config's file name without .ini and a study_dsweep_ prefix):
+    # sharing a folder, its runs would count as the default series' seeds, and
+    # a (row, seed) finished under the other command would be trained again
+    # over the finished one.
+    if [ "$config" != "$default_config" ]; then
+        local series=${config%.ini}
+        DSWEEP_DIR=$DSWEEP_DIR-${series#study_dsweep_}
+    fi
     if [ "$QUICK" = 1 ]; then
         corpus=${DSWEEP_CORPUS:-kjv}
         params=${DSWEEP_PARAMS:-154}
