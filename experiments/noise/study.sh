@@ -21,7 +21,52 @@ noise_variant_sets() { # variant
     esac
 }
 
+# The second pilot, on the data sweep's own recipe (NOISE_RECIPE=dsweep):
+# experiments/configs/study_dsweep.ini on the large BPE corpus, where the
+# D = 20 pairs showed a paired sd of 1.1% with no correlation between a
+# twin and its baseline (README.md, "The sweep's recipe"). Each variant
+# changes one thing of the recipe's learning-rate schedule.
+noise_recipe_variant_sets() { # variant
+    case "$1" in
+    ref) echo "" ;;
+    # decay every group to zero instead of to a tenth of its peak
+    min0) echo "--set train.min_lr=0" ;;
+    # every group's peak (and floor) divided by 2, 4, 8: Muon and the three AdamW groups
+    lr2) echo "--set train.muon_lr=0.025 --set train.lr=0.004 --set train.embed_lr=0.006 --set train.head_lr=0.004 --set train.vector_lr=0.02 --set train.min_lr=0.0004" ;;
+    lr4) echo "--set train.muon_lr=0.0125 --set train.lr=0.002 --set train.embed_lr=0.003 --set train.head_lr=0.002 --set train.vector_lr=0.01 --set train.min_lr=0.0002" ;;
+    lr8) echo "--set train.muon_lr=0.00625 --set train.lr=0.001 --set train.embed_lr=0.0015 --set train.head_lr=0.001 --set train.vector_lr=0.005 --set train.min_lr=0.0001" ;;
+    *) echo "run.sh noise: unknown recipe variant '$1' (ref min0 lr2 lr4 lr8)" >&2; return 1 ;;
+    esac
+}
+
+# NOISE_RECIPE=dsweep: rows <arm>-<variant> in OUT/noise/dsweep/<scale>/,
+# NOISE_ARMS (default "base twin") the arms; the budget by --tokens.
+study_noise_recipe() {
+    begin_study noise/dsweep
+    local variant arm sets names=()
+    for variant in ${NOISE_VARIANTS:-ref min0 lr2 lr4 lr8}; do
+        sets=$(noise_recipe_variant_sets "$variant")
+        for arm in ${NOISE_ARMS:-base twin}; do
+            case "$arm" in
+            base) # shellcheck disable=SC2086 # the variant's settings are separate words
+                row "base-$variant" - study_dsweep.ini large_bpe4096 $sets ;;
+            twin) # shellcheck disable=SC2086
+                row "twin-$variant" "base-$variant" study_dsweep.ini large_bpe4096 $sets "${BRANCH[@]}" ;;
+            *) echo "run.sh noise: NOISE_ARMS '$arm' must be base or twin" >&2; return 1 ;;
+            esac
+            names+=("$arm-$variant")
+        done
+    done
+    end_study
+    exp_plot_curves "$CURRENT" all "noise pilot on the dsweep recipe: validation loss" "${names[@]}"
+}
+
 study_noise() {
+    case "${NOISE_RECIPE:-pilot}" in
+    pilot) ;;
+    dsweep) study_noise_recipe; return ;;
+    *) echo "run.sh noise: NOISE_RECIPE '$NOISE_RECIPE' must be pilot or dsweep" >&2; return 1 ;;
+    esac
     begin_study noise
     local variant sets names=() twins=()
     for variant in ${NOISE_VARIANTS:-ref b64 wsd clip c128}; do
