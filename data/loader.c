@@ -80,6 +80,19 @@ int64_t data_split_windows(const data_tokens *tokens, data_split split, int64_t 
     return n >= seq_len + 1 ? (n - 1) / seq_len : 0;
 }
 
+int64_t data_eval_window_index(int64_t i, int64_t n_selected, int64_t n_total) {
+    if (n_selected >= n_total || n_selected < 1) return i;
+    /* i < n_selected <= n_total, both below 2^31 windows in practice; the product fits int64 */
+    return i * n_total / n_selected;
+}
+
+// inputs [T], targets [T]
+dt_status data_eval_window(data_tokens *tokens, data_split split, int64_t i, int64_t n_selected, int64_t seq_len,
+                           int32_t *inputs, int32_t *targets) {
+    const int64_t n_total = data_split_windows(tokens, split, seq_len);
+    return data_split_window(tokens, split, data_eval_window_index(i, n_selected, n_total), seq_len, inputs, targets);
+}
+
 // inputs [T], targets [T]
 dt_status data_split_window(data_tokens *tokens, data_split split, int64_t index, int64_t seq_len, int32_t *inputs,
                             int32_t *targets) {

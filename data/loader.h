@@ -37,4 +37,16 @@ int64_t data_split_windows(const data_tokens *tokens, data_split split, int64_t 
 dt_status data_split_window(data_tokens *tokens, data_split split, int64_t index, int64_t seq_len, int32_t *inputs,
                             int32_t *targets);
 
+/* Which window of the split's n_total an evaluation of n_selected windows
+ * reads as its i-th: floor(i * n_total / n_selected), spread evenly over the
+ * split (n_selected >= n_total: window i itself). Not the first n_selected:
+ * a validation split is a cut of every twentieth of its corpus
+ * (data/corpus.c), and its start is one text (the large preset's first 64
+ * windows: 16k tokens of one dictionary). Increasing in i, so a sum over the
+ * windows in i's order is the same on every process count. */
+int64_t data_eval_window_index(int64_t i, int64_t n_selected, int64_t n_total);
+/* inputs, targets [T] of the i-th of n_selected evaluation windows of the split. */
+dt_status data_eval_window(data_tokens *tokens, data_split split, int64_t i, int64_t n_selected, int64_t seq_len,
+                           int32_t *inputs, int32_t *targets);
+
 #endif

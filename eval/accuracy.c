@@ -83,7 +83,7 @@ dt_status eval_accuracy_run(model *m, data_tokens *data, data_split split, int64
     have_ctx = 1;
     ag_set_grad_enabled(&ctx, 0);
     for (int64_t w = 0; w < n && status == DT_OK; w++) {
-        if ((status = data_split_window(data, split, w, T, inputs, targets)) != DT_OK) break;
+        if ((status = data_eval_window(data, split, w, n, T, inputs, targets)) != DT_OK) break;
         model_outputs out;
         if ((status = eval_forward_window(m, &ctx, inputs, T, EVAL_FEEDBACK_STANDARD, &out)) != DT_OK) break;
         const float *lp = dt_f32(out.logits_primary), *lb = with_branch ? dt_f32(out.logits_branch) : NULL;

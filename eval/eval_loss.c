@@ -122,11 +122,11 @@ static dt_status window_decode(eval_decode_session *s, const int32_t *inputs, co
     return DT_OK;
 }
 
-/* Window w, scored by either path; its sums into out[WINDOW_SUMS]. */
+/* Evaluation window w of n_windows (data_eval_window), scored by either path; its sums into out[WINDOW_SUMS]. */
 static dt_status score_window(model *m, data_tokens *data, const eval_loss_options *o, ag_ctx *ctx,
                               eval_decode_session *session, int32_t *inputs, int32_t *targets, int64_t T, int64_t first,
-                              int64_t w, scorer *sc, double *out) {
-    dt_status status = data_split_window(data, o->split, w, T, inputs, targets);
+                              int64_t w, int64_t n_windows, scorer *sc, double *out) {
+    dt_status status = data_eval_window(data, o->split, w, n_windows, T, inputs, targets);
     if (status != DT_OK) return status;
     sc->sum_nll = sc->sum_primary = sc->sum_branch = sc->sum_alpha = 0.0;
     sc->n_tokens = 0;
@@ -219,7 +219,7 @@ dt_status eval_loss_run(model *m, data_tokens *data, const eval_loss_options *o,
         memset(chunk, 0, (size_t)(n_chunk * WINDOW_SUMS) * sizeof *chunk);
         for (int64_t w = chunk_first; w < chunk_first + n_chunk; w++) {
             if (w % comm->size != comm->rank) continue;
-            if ((status = score_window(m, data, o, &ctx, &session, inputs, targets, T, first, w, &sc,
+            if ((status = score_window(m, data, o, &ctx, &session, inputs, targets, T, first, w, n_windows, &sc,
                                        chunk + (w - chunk_first) * WINDOW_SUMS)) != DT_OK)
                 goto done;
         }

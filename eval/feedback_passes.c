@@ -93,7 +93,7 @@ dt_status eval_feedback_passes_run(model *m, data_tokens *data, const eval_loss_
     have_ctx = 1;
     ag_set_grad_enabled(&ctx, 0);
     for (int64_t w = 0; w < n_windows; w++) {
-        if ((status = data_split_window(data, o->split, w, T, dt_i32(tokens), targets)) != DT_OK) goto done;
+        if ((status = data_eval_window(data, o->split, w, n_windows, T, dt_i32(tokens), targets)) != DT_OK) goto done;
         r->n_bytes += eval_window_bytes(data, targets, 0, T);
         for (int64_t k = 1, i = 0; k <= K; k++) {
             ag_reset(&ctx);

@@ -171,7 +171,7 @@ dt_status eval_probe_run(model *m, data_tokens *data, const eval_probe_options *
     const model_probe probe = {
         .user = &p, .sublayer_input = on_input, .sublayer_output = on_output, .attention = on_attention};
     for (int64_t w = 0; w < n_windows && status == DT_OK; w++) {
-        if ((status = data_split_window(data, o->split, w, T, inputs, targets)) != DT_OK) break;
+        if ((status = data_eval_window(data, o->split, w, n_windows, T, inputs, targets)) != DT_OK) break;
         ag_reset(&ctx);
         dt_tensor *tokens = ag_tensor(&ctx, DT_I32, DT_SHAPE(1, T));
         if (!tokens) {

@@ -187,3 +187,45 @@ Test(data_loader, val_sweep_tiles_the_split) {
         free(val);
     }
 }
+
+/* An evaluation of fewer windows than the split holds reads them spread
+ * evenly over it, not its first ones: the i-th is floor(i * total /
+ * selected), increasing, the first at the start and the last in the final
+ * 1/selected of the split; all of them (or more asked) is every window in
+ * order. */
+Test(data_loader, eval_windows_spread_over_the_split) {
+    const int64_t T = 8;
+    int32_t *train, *val;
+    data_tokens tokens;
+    write_file("spread.h5", 100, 1001, &train, &val, &tokens);
+    const int64_t total = data_split_windows(&tokens, SPLIT_VAL, T); /* 125 */
+    cr_assert_eq(total, 125);
+    const int64_t selections[] = {1, 4, 10, 124};
+    for (size_t k = 0; k < sizeof selections / sizeof selections[0]; k++) {
+        const int64_t n = selections[k];
+        int64_t previous = -1;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t w = data_eval_window_index(i, n, total);
+            cr_assert_eq(w, i * total / n, "window %lld of %lld", (long long)i, (long long)n);
+            cr_assert_gt(w, previous, "the windows increase");
+            previous = w;
+            int32_t inputs[8], targets[8];
+            cr_assert_eq(data_eval_window(&tokens, SPLIT_VAL, i, n, T, inputs, targets), DT_OK, "%s",
+                         dt_error_message());
+            for (int64_t t = 0; t < T; t++) {
+                cr_assert_eq(inputs[t], val[w * T + t]);
+                cr_assert_eq(targets[t], val[w * T + t + 1]);
+            }
+        }
+        cr_assert_geq(previous, total - (total + n - 1) / n, "%lld windows end in the split's last part", (long long)n);
+    }
+    cr_assert_eq(data_eval_window_index(0, 4, total), 0);
+    cr_assert_eq(data_eval_window_index(3, 4, total), 93); /* not 3: the first four would be 0..3 */
+    for (int64_t i = 0; i < total; i++) {
+        cr_assert_eq(data_eval_window_index(i, total, total), i, "all the windows: in order");
+        cr_assert_eq(data_eval_window_index(i, total + 7, total), i, "more than the split holds: all in order");
+    }
+    data_tokens_close(&tokens);
+    free(train);
+    free(val);
+}

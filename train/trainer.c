@@ -481,7 +481,7 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
         const int64_t rows = n_windows - first < B ? n_windows - first : B;
         int32_t *inputs = dt_i32(t->inputs), *targets = dt_i32(t->targets);
         for (int64_t r = 0; r < rows && status == DT_OK; r++)
-            status = data_split_window(&t->tokens, SPLIT_VAL, first + r, T, inputs + r * T, targets + r * T);
+            status = data_eval_window(&t->tokens, SPLIT_VAL, first + r, n_windows, T, inputs + r * T, targets + r * T);
         if (status != DT_OK || (status = rank_views(t, 0, B)) != DT_OK) break;
         train_parallel_losses losses;
         status = train_parallel_evaluate(&t->parallel, &t->rank_inputs, &t->rank_targets, rows, &losses);
