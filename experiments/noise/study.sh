@@ -31,11 +31,12 @@ noise_recipe_variant_sets() { # variant
     ref) echo "" ;;
     # decay every group to zero instead of to a tenth of its peak
     min0) echo "--set train.min_lr=0" ;;
-    # every group's peak (and floor) divided by 2, 4, 8: Muon and the three AdamW groups
+    # every group's peak (and floor) divided by 2, 4, 8, 16: Muon and the three AdamW groups
     lr2) echo "--set train.muon_lr=0.025 --set train.lr=0.004 --set train.embed_lr=0.006 --set train.head_lr=0.004 --set train.vector_lr=0.02 --set train.min_lr=0.0004" ;;
     lr4) echo "--set train.muon_lr=0.0125 --set train.lr=0.002 --set train.embed_lr=0.003 --set train.head_lr=0.002 --set train.vector_lr=0.01 --set train.min_lr=0.0002" ;;
     lr8) echo "--set train.muon_lr=0.00625 --set train.lr=0.001 --set train.embed_lr=0.0015 --set train.head_lr=0.001 --set train.vector_lr=0.005 --set train.min_lr=0.0001" ;;
-    *) echo "run.sh noise: unknown recipe variant '$1' (ref min0 lr2 lr4 lr8)" >&2; return 1 ;;
+    lr16) echo "--set train.muon_lr=0.003125 --set train.lr=0.0005 --set train.embed_lr=0.00075 --set train.head_lr=0.0005 --set train.vector_lr=0.0025 --set train.min_lr=0.00005" ;;
+    *) echo "run.sh noise: unknown recipe variant '$1' (ref min0 lr2 lr4 lr8 lr16)" >&2; return 1 ;;
     esac
 }
 
@@ -44,7 +45,7 @@ noise_recipe_variant_sets() { # variant
 study_noise_recipe() {
     begin_study noise/dsweep
     local variant arm sets names=()
-    for variant in ${NOISE_VARIANTS:-ref min0 lr2 lr4 lr8}; do
+    for variant in ${NOISE_VARIANTS:-ref min0 lr2 lr4 lr8 lr16}; do
         sets=$(noise_recipe_variant_sets "$variant")
         for arm in ${NOISE_ARMS:-base twin}; do
             case "$arm" in
