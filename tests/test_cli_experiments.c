@@ -393,3 +393,36 @@ Test(cli_experiments, editing_run_sh_during_a_study_leaves_it_running, .init = s
              "grep -c 'an edit made while the study runs' '%s/tree/experiments/run.sh' | grep -qv '^0$'", work_dir);
     cr_assert_eq(system(command), 0, "the wrapper made no edit: the test proves nothing");
 }
+
+/* Two invocations with overlapping seeds: a run another invocation is
+ * training (its train.lock flocked, as dbranch train holds it) is skipped,
+ * not deleted and retrained. The lock is held by flock(1) around a sleep;
+ * before the check, exp_train removed such a run's folder when it had no
+ * checkpoint yet. */
+Test(cli_experiments, a_run_training_elsewhere_is_left_alone, .init = setup, .fini = teardown, .timeout = 300) {
+    const char *source = getenv("DBRANCH_SOURCE_DIR");
+    cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
+    test_dbranch_binary();
+    char command[2048], run_dir[256], marker[320];
+    snprintf(run_dir, sizeof run_dir, "%s/out/recurrent/1536/standard-4L/seed1", work_dir);
+    snprintf(marker, sizeof marker, "%s/log.jsonl", run_dir);
+    snprintf(command, sizeof command,
+             "mkdir -p '%s' && echo 'a run in progress' >'%s' && : >'%s/train.lock' && "
+             "(setsid flock -x '%s/train.lock' sleep 60 & echo $! >'%s/holder.pid') && sleep 1",
+             run_dir, marker, run_dir, run_dir, work_dir);
+    cr_assert_eq(system(command), 0, "could not set up the held lock");
+    snprintf(command, sizeof command,
+             "'%s/experiments/run.sh' recurrent --quick --threads 1 --seeds 1 --rows standard-4L --out '%s/out' "
+             "--data-dir '%s/data' >'%s/study.txt' 2>&1",
+             source, work_dir, work_dir, work_dir);
+    const int status = system(command);
+    snprintf(command, sizeof command, "kill -- -$(cat '%s/holder.pid') 2>/dev/null; true", work_dir); /* its group */
+    (void)system(command);
+    cr_assert_eq(status, 0, "the study failed (see %s/study.txt)", work_dir);
+    snprintf(command, sizeof command,
+             "grep -q 'standard-4L/seed1: training in another invocation; skipped' '%s/study.txt'", work_dir);
+    cr_assert_eq(system(command), 0, "the study did not report the skip (see %s/study.txt)", work_dir);
+    char *log = test_slurp(marker);
+    cr_assert_str_eq(log, "a run in progress\n", "the run in progress was replaced");
+    free(log);
+}

@@ -119,6 +119,14 @@ exp_train() {
         echo "   $study/$row/seed$seed: done already" >&2
         return 0
     fi
+    # Another invocation is training this run (dbranch train holds an
+    # exclusive flock on train.lock while it runs): leave it alone. Without
+    # this the resume below fails, and a run not yet at its first checkpoint
+    # was deleted by the rm -rf further down while it trained.
+    if [ -f "$dir/train.lock" ] && ! flock -n "$dir/train.lock" true 2>/dev/null; then
+        echo "   $study/$row/seed$seed: training in another invocation; skipped" >&2
+        return 0
+    fi
     if [ ! -f "$dir/done" ] && [ -f "$dir/checkpoint.h5" ] &&
         [ "$(exp_without_out <"$dir/command.txt" 2>/dev/null)" = "$(printf '%s\n' "$command" | exp_without_out)" ]; then
         echo "   $study/$row/seed$seed: resuming from its checkpoint" >&2
