@@ -79,8 +79,8 @@ train_config train_config_default(void);
  * unless precision = bf16; then the engine train.bf16_attention pins, or
  * under auto the CPU's default. */
 k_bf16_attention_engine train_bf16_attention_engine(const train_config *c);
-/* The key's value as an engine to check (auto: none, K_BF16_ATTENTION_FP32);
- * an error naming the key when the CPU cannot run the engine it pins. */
+/* An error naming the key when the run pins an engine (precision = bf16 and
+ * train.bf16_attention = amx or avx512_bf16) that this CPU cannot run. */
 dt_status train_bf16_attention_check(const train_config *c);
 
 /* Reads an INI file over cfg (start from train_config_default()). */
