@@ -29,6 +29,13 @@ static void setup(void) { test_scratch_dir(work_dir, sizeof work_dir, "cli_exper
 
 static void teardown(void) { test_remove_dir(work_dir); }
 
+/* The source tree the studies run from (env DBRANCH_SOURCE_DIR, set by ctest). */
+static const char *source_dir(void) {
+    const char *source = getenv("DBRANCH_SOURCE_DIR");
+    cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
+    return source;
+}
+
 static int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && st.st_size > 0;
@@ -125,8 +132,7 @@ static void check_loss_range(const char *study, const table_row *r) {
 }
 
 Test(cli_experiments, quick_run_of_every_study_writes_finite_tables, .init = setup, .fini = teardown, .timeout = 600) {
-    const char *source = getenv("DBRANCH_SOURCE_DIR");
-    cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
+    const char *source = source_dir();
     test_dbranch_binary(); /* run.sh runs the dbranch in env DBRANCH_BINARY */
     char command[1024];
     snprintf(command, sizeof command,
@@ -301,8 +307,7 @@ static int last_eval_line(const char *path, char *eval, size_t size) {
  * message, the `resumed` mark), keep the log's first part, end with the
  * uninterrupted run's final evaluation, and drop the checkpoint. */
 Test(cli_experiments, interrupted_run_resumes_from_its_checkpoint, .init = setup, .fini = teardown, .timeout = 300) {
-    const char *source = getenv("DBRANCH_SOURCE_DIR");
-    cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
+    const char *source = source_dir();
     test_dbranch_binary();
     char command[2048], run_dir[256], path[512];
     snprintf(run_dir, sizeof run_dir, "%s/out/recurrent/1536/standard-4L/seed1", work_dir);
@@ -360,8 +365,7 @@ Test(cli_experiments, interrupted_run_resumes_from_its_checkpoint, .init = setup
  * `dbranch train`, then runs the real binary. */
 Test(cli_experiments, editing_run_sh_during_a_study_leaves_it_running, .init = setup, .fini = teardown,
      .timeout = 300) {
-    const char *source = getenv("DBRANCH_SOURCE_DIR");
-    cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
+    const char *source = source_dir();
     const char *binary = test_dbranch_binary();
     char command[4096], wrapper[256];
     snprintf(command, sizeof command, "mkdir -p '%s/tree' && cp -r '%s/experiments' '%s/tree/'", work_dir, source,
@@ -400,8 +404,7 @@ Test(cli_experiments, editing_run_sh_during_a_study_leaves_it_running, .init = s
  * before the check, exp_train removed such a run's folder when it had no
  * checkpoint yet. */
 Test(cli_experiments, a_run_training_elsewhere_is_left_alone, .init = setup, .fini = teardown, .timeout = 300) {
-    const char *source = getenv("DBRANCH_SOURCE_DIR");
-    cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
+    const char *source = source_dir();
     test_dbranch_binary();
     char command[2048], run_dir[256], marker[320];
     snprintf(run_dir, sizeof run_dir, "%s/out/recurrent/1536/standard-4L/seed1", work_dir);
