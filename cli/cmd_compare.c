@@ -40,6 +40,9 @@ static void print_help(void) {
 static dt_status read_defaults(const char *family, analysis_run *defaults) {
     memset(defaults, 0, sizeof *defaults);
     train_config cfg = train_config_default();
+    /* A record without train.precision predates the key: its run was float32
+     * (the default, auto, is decided per CPU when a run starts and recorded). */
+    cfg.precision = TRAIN_PRECISION_FP32;
     if (family && train_config_set_key(&cfg, "model", "family", family) != DT_OK) return DT_ERR;
     size_t length = train_config_format(&cfg, NULL, 0);
     char *ini = malloc(length + 1), *record = NULL;

@@ -105,7 +105,8 @@ static train_config tiny_config(const char *out_name, int branch, optim_kind opt
         cfg.feedback_prefix_mixin = 1;
         cfg.feedback_lambda = 0.7;
     }
-    if (bf16_model) cfg.precision = TRAIN_PRECISION_BF16;
+    /* pinned both ways: auto, the default, would follow the CPU */
+    cfg.precision = bf16_model ? TRAIN_PRECISION_BF16 : TRAIN_PRECISION_FP32;
     if (amx_heads) {
         cfg.model.n_head = 1;
         cfg.bf16_attention = amx_heads_attention;

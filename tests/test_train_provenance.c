@@ -218,6 +218,7 @@ static train_config tiny_config(void) {
     snprintf(cfg.out_dir, sizeof cfg.out_dir, "%s/run", work_dir);
     cfg.batch_size = 2, cfg.seq_len = 16, cfg.tokens = 4 * 2 * 16; /* 4 steps */
     cfg.warmup_steps = 1, cfg.eval_windows = 2, cfg.seed = 77, cfg.lr = 0.004, cfg.threads = 1;
+    cfg.precision = TRAIN_PRECISION_FP32; /* not auto: the record's attention field is checked as float32's */
     cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
     return cfg;
 }

@@ -183,6 +183,7 @@ static double mean_norm(const model *m, const char *part) {
 /* The tiny llama both recipe tests train (untied head, Muon + AdamW groups, WSD), into work_dir/name. */
 static train_config tiny_recipe_config(const char *name) {
     train_config cfg = train_config_default();
+    cfg.precision = TRAIN_PRECISION_FP32; /* the checks compare runs to float32 rounding */
     cfg.model = model_config_default(FAMILY_LLAMA);
     cfg.model.vocab_size = 256;
     cfg.model.block_size = 16;

@@ -123,6 +123,9 @@ static dt_status read_run_config(hid_t train, train_config *cfg) {
     if (group < 0) return dt_errorf("/train/run_config is not a group");
     int present[256] = {0};
     dt_status status = DT_OK;
+    /* A checkpoint without the key predates train.precision: its run was
+     * float32 (the default now, auto, would follow the CPU resuming it). */
+    cfg->precision = TRAIN_PRECISION_FP32;
     for (int i = 0; status == DT_OK && i < train_config_key_count() && i < 256; i++) {
         const char *name = train_config_key_name(i);
         char value[TRAIN_PATH_MAX];
@@ -342,6 +345,7 @@ dt_status train_checkpoint_read_config(const char *path, train_config *cfg) {
         if (train_checkpoint_read_state(path, &state, &text) != DT_OK) return DT_ERR;
         char origin[TRAIN_PATH_MAX + 32];
         snprintf(origin, sizeof origin, "%s (stored config)", path);
+        cfg->precision = TRAIN_PRECISION_FP32; /* older still than train.precision: float32 */
         status = train_config_parse_string(cfg, text, origin);
         free(text);
         return status;

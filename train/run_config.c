@@ -15,6 +15,8 @@
 
 #include "kernels/attention_amx.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/isa.h"
 #include "models/config_file.h"
 #include "models/config_value.h"
 
@@ -144,7 +146,13 @@ dt_status train_bf16_attention_check(const train_config *c) {
 }
 
 const char *train_precision_name(train_precision precision) {
-    return precision == TRAIN_PRECISION_BF16 ? "bf16" : "fp32";
+    return precision == TRAIN_PRECISION_BF16 ? "bf16" : precision == TRAIN_PRECISION_AUTO ? "auto" : "fp32";
+}
+
+train_precision train_precision_auto(void) {
+    /* The widen engine would be bf16's numerics below float32's speed: not a default. */
+    return k_bf16_gemm_default() == K_BF16_GEMM_ONEDNN && k_isa_active() >= K_ISA_AVX512 ? TRAIN_PRECISION_BF16
+                                                                                          : TRAIN_PRECISION_FP32;
 }
 
 int64_t train_pass_mix_pick(const train_pass_mix *mix, double r) {
@@ -187,12 +195,14 @@ static dt_status set_value(train_config *cfg, const config_key *k, const char *t
     case VALUE_PASS_MIX:
         return parse_pass_mix(k->full_name, text, field);
     case VALUE_PRECISION:
-        if (!strcmp(text, "fp32"))
+        if (!strcmp(text, "auto"))
+            *(train_precision *)field = TRAIN_PRECISION_AUTO;
+        else if (!strcmp(text, "fp32"))
             *(train_precision *)field = TRAIN_PRECISION_FP32;
         else if (!strcmp(text, "bf16"))
             *(train_precision *)field = TRAIN_PRECISION_BF16;
         else
-            return dt_errorf("%s = '%s' must be fp32|bf16", k->full_name, text);
+            return dt_errorf("%s = '%s' must be auto|fp32|bf16", k->full_name, text);
         return DT_OK;
     case VALUE_ATTENTION:
         if (!strcmp(text, "auto"))
@@ -357,6 +367,7 @@ dt_status train_config_validate(train_config *cfg) {
     }
     if (cfg->data_path[0] == '\0') return dt_errorf("data.path is not set (the token dataset to train on)");
     if (cfg->seq_len == 0) cfg->seq_len = cfg->model.block_size;
+    if (cfg->precision == TRAIN_PRECISION_AUTO) cfg->precision = train_precision_auto();
     if (cfg->seq_len > cfg->model.block_size)
         return dt_errorf("train.seq_len = %lld exceeds model.block_size = %lld", (long long)cfg->seq_len,
                          (long long)cfg->model.block_size);

@@ -40,9 +40,14 @@ enum { TRAIN_PATH_MAX = 1024 };
 #define TRAIN_FIELD_PRECISION(field) train_precision field;
 #define TRAIN_FIELD_ATTENTION(field) train_bf16_attention field;
 
-/* train.precision: the arithmetic of the matrix products (ag_ctx.bf16_products). */
-typedef enum { TRAIN_PRECISION_FP32 = 0, TRAIN_PRECISION_BF16 = 1 } train_precision;
+/* train.precision: the arithmetic of the matrix products (ag_ctx.bf16_products).
+ * AUTO exists only between parsing and train_config_validate, which replaces
+ * it by what this CPU runs fastest (train_precision_auto). */
+typedef enum { TRAIN_PRECISION_FP32 = 0, TRAIN_PRECISION_BF16 = 1, TRAIN_PRECISION_AUTO = 2 } train_precision;
 const char *train_precision_name(train_precision precision);
+/* What precision = auto means on this CPU: bf16 where it has AVX512_BF16 or
+ * AMX-BF16 (oneDNN's bf16 products) and DBRANCH_ISA leaves AVX-512 on, else fp32. */
+train_precision train_precision_auto(void);
 
 /* train.bf16_attention: the attention kernels under bf16 (ag_ctx.bf16_attention's values). */
 typedef enum {
@@ -93,7 +98,9 @@ dt_status train_config_set(train_config *cfg, const char *assignment);
 dt_status train_config_set_key(train_config *cfg, const char *section, const char *key, const char *value);
 
 /* Checks every value and the combinations (seq_len <= block_size, min_lr <=
- * lr, ...); fills seq_len = block_size when 0 and the model's neutral values. */
+ * lr, ...); fills seq_len = block_size when 0 and the model's neutral values,
+ * and resolves precision = auto (so the config a run stores, and a resume
+ * reads back, names the arithmetic it ran). */
 dt_status train_config_validate(train_config *cfg);
 
 /* The whole configuration as INI text (every key). Returns the length it

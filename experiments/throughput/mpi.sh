@@ -30,7 +30,7 @@ done
 DBRANCH="$BUILD_DIR/dbranch"
 [ -x "$DBRANCH" ] || { echo "mpi.sh: no $DBRANCH (cmake -S . -B build-mpi -DDBRANCH_MPI=ON)" >&2; exit 1; }
 MPI=(mpirun --oversubscribe --allow-run-as-root --bind-to none -n 2 -x OMP_NUM_THREADS=1)
-BENCH=(bench train --preset "$PRESET" --steps "$STEPS" --warmup 2 --no-gemm-probe --set "train.reduce=$REDUCE" --json)
+BENCH=(bench train --preset "$PRESET" --steps "$STEPS" --warmup 2 --no-gemm-probe --set "train.reduce=$REDUCE" --set train.precision=fp32 --json)
 
 tokens_per_s() { sed -n 's/.*"tokens_per_s": \([0-9.]*\).*/\1/p' | head -1; }
 median() { sort -g | awk '{x[NR] = $1} END {print (NR % 2) ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2}'; }

@@ -47,7 +47,7 @@ for round in $(seq 1 "$ROUNDS"); do
         steps="$STEPS"
         [ "$preset" = char ] && steps=$(( STEPS / 2 > 5 ? STEPS / 2 : 5 ))
         echo "== round $round/$ROUNDS, $preset: dbranch" >&2
-        "$DBRANCH" bench train --preset "$preset" --threads "$THREADS" --steps "$steps" --json 2>/dev/null |
+        "$DBRANCH" bench train --preset "$preset" --set train.precision=fp32 --threads "$THREADS" --steps "$steps" --json 2>/dev/null |
             "$PYTHON" -c "import json,sys; r=json.load(sys.stdin); r['impl']='dbranch'; r['preset']='$preset'; print(json.dumps(r))" >>"$OUT"
         echo "== round $round/$ROUNDS, $preset: torch" >&2
         "$PYTHON" "$ROOT/experiments/throughput/torch_nanogpt.py" --preset "$preset" --threads "$THREADS" \
@@ -56,7 +56,7 @@ for round in $(seq 1 "$ROUNDS"); do
     done
     if [[ " $PRESETS " == *" char "* ]]; then
         echo "== round $round/$ROUNDS, char: dbranch baseline vs Decode-Branch" >&2
-        "$DBRANCH" bench train --preset char --threads "$THREADS" --steps 5 --warmup 2 --compare-branch \
+        "$DBRANCH" bench train --preset char --set train.precision=fp32 --threads "$THREADS" --steps 5 --warmup 2 --compare-branch \
             --no-gemm-probe --json 2>/dev/null |
             "$PYTHON" -c "import json,sys; r=json.load(sys.stdin); r['impl']='dbranch-compare'; r['preset']='char'; print(json.dumps(r))" >>"$OUT"
     fi
