@@ -67,20 +67,8 @@ dt_tensor *ag_rope(ag_ctx *ctx, dt_tensor *x, int64_t n_head, double theta) {
 static k_bf16_attention_engine bf16_engine(const ag_ctx *ctx, const float *slopes, int64_t H, int64_t Hkv,
                                            int64_t head_dim) {
     if (!ctx->bf16_products || slopes || !k_attention_amx_serves(H, Hkv, head_dim)) return K_BF16_ATTENTION_FP32;
-    k_bf16_attention_engine engine;
-    switch (ctx->bf16_attention) {
-    case AG_BF16_ATTENTION_AUTO:
-        return k_bf16_attention_active();
-    case AG_BF16_ATTENTION_AMX:
-        engine = K_BF16_ATTENTION_AMX;
-        break;
-    case AG_BF16_ATTENTION_AVX512_BF16:
-        engine = K_BF16_ATTENTION_AVX512_BF16;
-        break;
-    default:
-        return K_BF16_ATTENTION_FP32;
-    }
-    return k_bf16_attention_available(engine) ? engine : K_BF16_ATTENTION_FP32;
+    /* availability guards against SIGILL; the trainer refused a pinned engine the CPU lacks */
+    return k_bf16_attention_available(ctx->bf16_attention) ? ctx->bf16_attention : K_BF16_ATTENTION_FP32;
 }
 
 static void attention_backward(ag_ctx *ctx, ag_node *node) {

@@ -24,6 +24,7 @@
 
 #include "core/arena.h"
 #include "core/tensor.h"
+#include "kernels/attention_amx.h"
 
 enum { AG_MAX_INPUTS = 6 };
 
@@ -47,13 +48,6 @@ typedef struct ag_grad_buffer {
     int64_t capacity;
 } ag_grad_buffer;
 
-enum {
-    AG_BF16_ATTENTION_AUTO = 0,
-    AG_BF16_ATTENTION_AMX = 1,
-    AG_BF16_ATTENTION_FP32 = 2,
-    AG_BF16_ATTENTION_AVX512_BF16 = 3
-};
-
 struct ag_ctx {
     dt_arena arena;
     ag_node **nodes; /* heap array, grows only while capacity is discovered */
@@ -65,12 +59,11 @@ struct ag_ctx {
      * a weight's bf16 copy (dt_tensor.bf16) when it has one; train.precision
      * = bf16 sets it. Everything else stays float32. */
     int bf16_products;
-    /* Under bf16_products, which attention kernels run (train.bf16_attention):
-     * AG_BF16_ATTENTION_AUTO follows k_bf16_attention_active() (AMX tiles
-     * where the CPU has them, else vdpbf16ps where it has AVX512_BF16,
-     * kernels/attention_amx.h), _AMX, _AVX512_BF16 and _FP32 pin one (the
-     * caller checked that it is available). */
-    int bf16_attention;
+    /* Under bf16_products, the engine of attention's products
+     * (kernels/attention_amx.h): K_BF16_ATTENTION_FP32 (0: the float32
+     * kernels), _AMX or _AVX512_BF16, as the caller resolved it (the trainer:
+     * train_bf16_attention_engine). An engine this CPU lacks runs float32. */
+    k_bf16_attention_engine bf16_attention;
     /* Set by an op's backward that could not finish (its error message says
      * why), and by any allocation that fails while ag_backward runs (a
      * gradient buffer, a temp, arena scratch: the op that asked skips work),

@@ -352,7 +352,7 @@ static dt_status run_init(bench_run *r, const char *label, const train_config *c
         if (train_bf16_attention_check(c) != DT_OK) return DT_ERR;
         if (model_enable_bf16(&r->model) != DT_OK) return DT_ERR;
         r->parallel.bf16_products = 1;
-        r->parallel.bf16_attention = (int)c->bf16_attention; /* ag_ctx.bf16_attention's values (train/trainer.c) */
+        r->parallel.bf16_attention = train_bf16_attention_engine(c);
     }
     r->inputs = dt_tensor_new(DT_I32, DT_SHAPE(c->batch_size, c->seq_len));
     r->targets = dt_tensor_new(DT_I32, DT_SHAPE(c->batch_size, c->seq_len));

@@ -346,10 +346,10 @@ Test(bf16_ops, onednn_engine_agrees_with_widen) {
     dt_tensor_free(x), dt_tensor_free(W), dt_tensor_free(b);
 }
 
-/* Attention under bf16 products runs the bf16 kernels of the CPU's engine
- * (kernels/attention_amx.h: AMX tiles, else AVX512_BF16), forward and
+/* Attention under bf16 products runs the bf16 kernels of the context's
+ * engine (kernels/attention_amx.h: AMX tiles or AVX512_BF16), forward and
  * backward, and the float32 kernels otherwise, with ALiBi's bias, or with
- * DBRANCH_BF16_ATTENTION=fp32: the op's output and gradients are those
+ * the engine K_BF16_ATTENTION_FP32: the op's output and gradients are those
  * kernels' bits. */
 static void check_attention_engine(int bf16_products, const float *slopes, k_bf16_attention_engine expect) {
     enum { B = 2, T = 70, H = 2, Hkv = 1, HD = 32 };
@@ -387,26 +387,19 @@ static void check_attention_engine(int bf16_products, const float *slopes, k_bf1
 
 Test(bf16_ops, attention_engine_follows_precision_and_cpu) {
     const float slopes[2] = {0.5f, 0.25f};
+    ctx.bf16_attention = k_bf16_attention_default();
     check_attention_engine(1, NULL, k_bf16_attention_default());
     check_attention_engine(0, NULL, K_BF16_ATTENTION_FP32);
     check_attention_engine(1, slopes, K_BF16_ATTENTION_FP32); /* ALiBi keeps float32 */
-    cr_assert_eq(k_bf16_attention_force(K_BF16_ATTENTION_FP32), DT_OK);
+    ctx.bf16_attention = K_BF16_ATTENTION_FP32;
     check_attention_engine(1, NULL, K_BF16_ATTENTION_FP32);
-    k_bf16_attention_reset();
-    /* each engine the CPU has, forced, with the context's own choice */
-    if (k_bf16_attention_available(K_BF16_ATTENTION_AVX512_BF16)) {
-        cr_assert_eq(k_bf16_attention_force(K_BF16_ATTENTION_AVX512_BF16), DT_OK);
-        check_attention_engine(1, NULL, K_BF16_ATTENTION_AVX512_BF16);
-        k_bf16_attention_reset();
-        ctx.bf16_attention = AG_BF16_ATTENTION_AVX512_BF16;
-        check_attention_engine(1, NULL, K_BF16_ATTENTION_AVX512_BF16);
-        ctx.bf16_attention = AG_BF16_ATTENTION_AUTO;
+    /* each engine the CPU has; one it lacks runs float32 */
+    const k_bf16_attention_engine engines[] = {K_BF16_ATTENTION_AVX512_BF16, K_BF16_ATTENTION_AMX};
+    for (int e = 0; e < 2; e++) {
+        ctx.bf16_attention = engines[e];
+        check_attention_engine(1, NULL, k_bf16_attention_available(engines[e]) ? engines[e] : K_BF16_ATTENTION_FP32);
     }
-    if (k_bf16_attention_available(K_BF16_ATTENTION_AMX)) {
-        ctx.bf16_attention = AG_BF16_ATTENTION_AMX;
-        check_attention_engine(1, NULL, K_BF16_ATTENTION_AMX);
-        ctx.bf16_attention = AG_BF16_ATTENTION_AUTO;
-    }
+    ctx.bf16_attention = K_BF16_ATTENTION_FP32;
 }
 
 /* One tensor as q, k and v (H = Hkv): under the bf16 kernels its gradient is
@@ -420,10 +413,12 @@ Test(bf16_ops, aliased_attention_on_amx_sums_the_three_gradients) {
     R->requires_grad = 0;
     ag_reset(&ctx);
     ctx.bf16_products = 1;
+    ctx.bf16_attention = engine;
     dt_tensor *out = ag_attention(&ctx, x, x, x, H, H);
     cr_assert_not_null(out, "%s", dt_error_message());
     cr_assert_eq(ag_backward(&ctx, ag_sum(&ctx, ag_mul(&ctx, out, R))), DT_OK, "%s", dt_error_message());
     ctx.bf16_products = 0;
+    ctx.bf16_attention = K_BF16_ATTENTION_FP32;
 
     static float want_out[N], lse[B * H * T], d_q[N], d_k[N], d_v[N];
     static _Alignas(64) unsigned char scratch[1 << 20];

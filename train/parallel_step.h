@@ -81,7 +81,7 @@ typedef struct train_parallel {
      * products (ag_ctx.bf16_products; the caller keeps the model's bf16
      * copies fresh). Evaluation always runs float32 products. */
     int bf16_products;
-    int bf16_attention; /* ag_ctx.bf16_attention of every context (train.bf16_attention) */
+    k_bf16_attention_engine bf16_attention; /* ag_ctx.bf16_attention of every context */
 } train_parallel;
 
 /* Sets up n_threads workers (0: k_get_threads()) for batches of B x T. The

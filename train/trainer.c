@@ -25,12 +25,6 @@
 #include "train/checkpoint_rotation.h"
 #include "train/provenance.h"
 
-_Static_assert((int)TRAIN_BF16_ATTENTION_AUTO == (int)AG_BF16_ATTENTION_AUTO &&
-                   (int)TRAIN_BF16_ATTENTION_AMX == (int)AG_BF16_ATTENTION_AMX &&
-                   (int)TRAIN_BF16_ATTENTION_FP32 == (int)AG_BF16_ATTENTION_FP32 &&
-                   (int)TRAIN_BF16_ATTENTION_AVX512_BF16 == (int)AG_BF16_ATTENTION_AVX512_BF16,
-               "train.bf16_attention's values are ag_ctx.bf16_attention's");
-
 /* What trainer_free must release (trainer.ready bits). */
 enum {
     READY_MODEL = 1 << 0,
@@ -305,7 +299,7 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
         if (train_bf16_attention_check(c) != DT_OK) goto fail;
         if (model_enable_bf16(&t->model) != DT_OK) goto fail;
         t->parallel.bf16_products = 1;
-        t->parallel.bf16_attention = (int)c->bf16_attention; /* the same values (asserted above) */
+        t->parallel.bf16_attention = train_bf16_attention_engine(c);
     }
     /* Every process starts from rank 0's weights (they agree anyway: same seed or same checkpoint). */
     if (t->comm->broadcast(t->comm, t->model.params_memory, (size_t)t->model.n_floats * sizeof(float), 0) != DT_OK)
