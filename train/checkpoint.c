@@ -10,6 +10,7 @@
 
 #include "core/h5.h"
 #include "models/model_io.h"
+#include "train/grad_spikes.h"
 #include "train/spike_guard.h"
 
 int train_model_is_finite(const model *m, const char **bad_name) {
@@ -165,7 +166,8 @@ static dt_status write_state(hid_t file, const train_state *state, const train_c
             group, "config_checksum",
             (int64_t)model_checksum(config_text ? config_text : "", config_text ? strlen(config_text) : 0)) != DT_OK ||
         write_run_config(group, run) != DT_OK ||
-        (state->spike_guard && train_spike_guard_write(group, state->spike_guard) != DT_OK))
+        (state->spike_guard && train_spike_guard_write(group, state->spike_guard) != DT_OK) ||
+        (state->grad_spikes && train_grad_spikes_write(group, state->grad_spikes) != DT_OK))
         status = DT_ERR;
     free(config_text);
     H5Gclose(group);

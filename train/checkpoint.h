@@ -22,6 +22,9 @@
  *   /train/spike_window   float64 [n, 2] the spike guard's window, and /train's
  *                         attribute skipped_updates (train.spike_zscore > 0 only;
  *                         train/spike_guard.h)
+ *   /train/grad_norm_window float64 [n] the gradient-norm watch's window, and
+ *                         /train's attributes grad_spikes, grad_spike_largest
+ *                         (train/grad_spikes.h)
  *
  * Everything a resumed run needs to continue bit for bit is here. Files are
  * written to PATH.tmp and renamed over PATH, so a crash mid-write leaves the
@@ -48,6 +51,8 @@ typedef struct train_state {
     int64_t processes;      /* of the job that trained it (mpirun -n; 1 for one process) */
     /* written with /train when set (train/spike_guard.h) */
     const struct train_spike_guard *spike_guard;
+    /* likewise (train/grad_spikes.h) */
+    const struct train_grad_spikes *grad_spikes;
 } train_state;
 
 /* Writes the checkpoint (via PATH.tmp + rename); run: the resolved run configuration. */

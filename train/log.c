@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "train/grad_spikes.h"
+
 dt_status train_log_open(train_log *log, const char *path, int append, FILE *progress, int64_t print_every) {
     *log = (train_log){.progress = progress, .print_every = print_every > 0 ? print_every : 1, .first_step = -1};
     log->progress_is_tty = progress && isatty(fileno(progress));
@@ -140,6 +142,13 @@ dt_status train_log_eval(train_log *log, const train_eval_record *r) {
             snprintf(line + n, sizeof line - (size_t)n, " (primary %.4f, branch %.4f, alpha %.3f)", r->loss_primary,
                      r->loss_branch, r->alpha);
         train_log_message(log, "%s over %lld windows", line, (long long)r->windows);
+        if (r->grad_spikes > 0)
+            train_log_message(log,
+                              "warning: %lld step%s since the last evaluation had a gradient norm above %dx the "
+                              "median of the %d steps before (largest %.0fx); many such spikes usually mean the "
+                              "learning rate is too high (train.spike_zscore skips their updates)",
+                              (long long)r->grad_spikes, r->grad_spikes == 1 ? "" : "s", TRAIN_GRAD_SPIKE_FACTOR,
+                              TRAIN_GRAD_SPIKE_WINDOW, r->grad_spike_largest);
     }
     if (log->file) {
         FILE *f = log->file;
@@ -152,7 +161,8 @@ dt_status train_log_eval(train_log *log, const train_eval_record *r) {
         json_number(f, "couple_hidden_norm", r->couple_hidden_norm, "%.9g");
         json_number(f, "couple_out_norm", r->couple_out_norm, "%.9g");
         json_number(f, "branch_emb_norm", r->branch_emb_norm, "%.9g");
-        fprintf(f, ",\"windows\":%lld", (long long)r->windows);
+        fprintf(f, ",\"windows\":%lld,\"grad_spikes\":%lld", (long long)r->windows, (long long)r->grad_spikes);
+        json_number(f, "grad_spike_largest", r->grad_spike_largest, "%.4g");
         json_number(f, "elapsed", r->elapsed, "%.3f");
         fputs("}\n", f);
         return check_written(log);

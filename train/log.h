@@ -44,6 +44,10 @@ typedef struct train_eval_record {
     double loss, loss_primary, loss_branch, alpha, elapsed;
     /* train/branch_norms.h; NAN (null in the log) when absent */
     double couple_q_norm, couple_hidden_norm, couple_out_norm, branch_emb_norm;
+    /* train/grad_spikes.h: the gradient-norm spikes since the previous
+     * evaluation and the largest norm / median among them (0: none) */
+    int64_t grad_spikes;
+    double grad_spike_largest;
 } train_eval_record;
 
 typedef struct train_log {

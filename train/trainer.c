@@ -284,9 +284,11 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
     if (setup_model(t) != DT_OK || setup_optimizer(t) != DT_OK || setup_data(t) != DT_OK || setup_state(t) != DT_OK)
         goto fail;
     if (train_spike_guard_init(&t->spike, c->spike_zscore, c->spike_window) != DT_OK ||
-        (t->options.resume_path && train_spike_guard_read(t->options.resume_path, &t->spike) != DT_OK))
+        (t->options.resume_path && train_spike_guard_read(t->options.resume_path, &t->spike) != DT_OK) ||
+        (t->options.resume_path && train_grad_spikes_read(t->options.resume_path, &t->grad_spikes) != DT_OK))
         goto fail;
     t->state.spike_guard = &t->spike;
+    t->state.grad_spikes = &t->grad_spikes;
     /* This process's rows split over the threads (train/parallel_step.h);
      * MoE and one-thread runs take the plain path inside it. */
     if (train_parallel_init(&t->parallel, &t->model, &t->opt, t->comm, t->rank_rows, c->seq_len, k_get_threads(), 1) !=
@@ -432,6 +434,7 @@ dt_status trainer_step(trainer *t, train_step_record *record) {
                          grad_norm);
     const int skipped = train_parallel_update_skipped(&t->parallel, grad_norm);
     train_spike_guard_record(&t->spike, mean_objective, grad_norm, skipped);
+    train_grad_spikes_record(&t->grad_spikes, grad_norm);
 
     const int64_t step_tokens = train_config_tokens_per_step(c);
     const double seconds = now_seconds() - start;
@@ -490,6 +493,9 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
     if (status != DT_OK) return dt_error_context("evaluation at step %lld", (long long)t->state.step);
     const double inv = 1.0 / (double)n_windows;
     const train_branch_norms norms = train_branch_norms_of(&t->model);
+    int64_t spikes;
+    double largest;
+    train_grad_spikes_take(&t->grad_spikes, &spikes, &largest);
     *record = (train_eval_record){
         .step = t->state.step,
         .tokens = t->state.tokens_seen,
@@ -503,6 +509,8 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
         .couple_hidden_norm = norms.couple_hidden,
         .couple_out_norm = norms.couple_out,
         .branch_emb_norm = norms.branch_emb,
+        .grad_spikes = spikes,
+        .grad_spike_largest = largest,
     };
     return train_log_eval(&t->log, record);
 }
