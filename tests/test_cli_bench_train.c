@@ -46,7 +46,8 @@ Test(cli_bench_train, help_and_bad_input) {
 
 Test(cli_bench_train, json_figures_are_consistent) {
     char *out, *err;
-    int status = run_bench("--preset baby --set train.precision=fp32 --steps 2 --warmup 1 --threads 2 --json", &out, &err);
+    int status =
+        run_bench("--preset baby --set train.precision=fp32 --steps 2 --warmup 1 --threads 2 --json", &out, &err);
     cr_assert_eq(status, 0, "%s", err);
     const char *run = strstr(out, "\"runs\"");
     cr_assert_not_null(run, "%s", out);

@@ -393,8 +393,7 @@ Test(train_config, precision_key) {
     cr_assert_eq(train_config_set(&cfg, "train.precision=bf16"), DT_OK, "%s", dt_error_message());
     cr_assert_eq(cfg.precision, TRAIN_PRECISION_BF16);
     cr_assert_eq(train_config_set(&cfg, "train.precision=fp16"), DT_ERR);
-    cr_assert(strstr(dt_error_message(), "train.precision = 'fp16' must be auto|fp32|bf16"), "%s",
-              dt_error_message());
+    cr_assert(strstr(dt_error_message(), "train.precision = 'fp16' must be auto|fp32|bf16"), "%s", dt_error_message());
     cr_assert_eq(cfg.precision, TRAIN_PRECISION_BF16, "a refused value changes nothing");
     char text[8192];
     train_config_format(&cfg, text, sizeof text);

@@ -136,9 +136,17 @@ Test(train_grad_spikes, an_eval_record_with_spikes_warns_once_and_logs_them) {
     cr_assert_not_null(progress);
     train_log log;
     cr_assert_eq(train_log_open(&log, log_path, 0, progress, 1), DT_OK, "%s", dt_error_message());
-    train_eval_record quiet = {.step = 100, .tokens = 1000, .windows = 4, .loss = 2.5, .loss_primary = NAN,
-                               .loss_branch = NAN, .alpha = NAN, .couple_q_norm = NAN, .couple_hidden_norm = NAN,
-                               .couple_out_norm = NAN, .branch_emb_norm = NAN};
+    train_eval_record quiet = {.step = 100,
+                               .tokens = 1000,
+                               .windows = 4,
+                               .loss = 2.5,
+                               .loss_primary = NAN,
+                               .loss_branch = NAN,
+                               .alpha = NAN,
+                               .couple_q_norm = NAN,
+                               .couple_hidden_norm = NAN,
+                               .couple_out_norm = NAN,
+                               .branch_emb_norm = NAN};
     train_eval_record spiky = quiet;
     spiky.step = 200;
     spiky.grad_spikes = 3;

@@ -26,8 +26,8 @@ enum { TRAIN_GRAD_SPIKE_WINDOW = 50, TRAIN_GRAD_SPIKE_FACTOR = 10 };
 typedef struct train_grad_spikes {
     double norms[TRAIN_GRAD_SPIKE_WINDOW]; /* ring of the last count norms */
     int count, next;
-    int64_t spikes;         /* since the last report */
-    double largest;         /* largest norm / median among them (0: none) */
+    int64_t spikes; /* since the last report */
+    double largest; /* largest norm / median among them (0: none) */
 } train_grad_spikes;
 
 /* After each step (skipped updates included: the norm was seen). */

@@ -152,7 +152,7 @@ const char *train_precision_name(train_precision precision) {
 train_precision train_precision_auto(void) {
     /* The widen engine would be bf16's numerics below float32's speed: not a default. */
     return k_bf16_gemm_default() == K_BF16_GEMM_ONEDNN && k_isa_active() >= K_ISA_AVX512 ? TRAIN_PRECISION_BF16
-                                                                                          : TRAIN_PRECISION_FP32;
+                                                                                         : TRAIN_PRECISION_FP32;
 }
 
 int64_t train_pass_mix_pick(const train_pass_mix *mix, double r) {

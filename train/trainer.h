@@ -43,10 +43,10 @@
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/grad_spikes.h"
 #include "train/log.h"
 #include "train/parallel_step.h"
 #include "train/run_config.h"
-#include "train/grad_spikes.h"
 #include "train/spike_guard.h"
 
 typedef struct trainer_options {
@@ -88,7 +88,7 @@ typedef struct trainer {
     int64_t rank_rows;                   /* B / processes: the rows this process trains on */
     dt_tensor rank_inputs, rank_targets; /* int32 [rank_rows, T] views of this process's rows */
     train_state state;
-    train_spike_guard spike; /* train.spike_zscore's window (checkpointed with state) */
+    train_spike_guard spike;       /* train.spike_zscore's window (checkpointed with state) */
     train_grad_spikes grad_spikes; /* the gradient-norm watch (likewise) */
     train_log log;
     int64_t total_steps;
