@@ -15,6 +15,7 @@
 #include "models/config_file.h"
 #include "models/model_info.h"
 #include "models/model_io.h"
+#include "train/run_config.h"
 
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch info MODEL.h5|CONFIG.ini [--set key=value ...] [--context N]\n"
@@ -29,7 +30,8 @@ static void usage(FILE *out) {
                  "                  `family =` is nanogpt\n"
                  "  --set key=value override one model key (repeatable; model.key=value too)\n"
                  "  --context N     KV positions read per decode step (default block_size)\n"
-                 "  --keys          list the model keys: values or range, default, meaning\n");
+                 "  --keys          list the config keys ([model], [data], [train]): values or range,\n"
+                 "                  default, meaning\n");
 }
 
 static int is_hdf5_file(const char *path) {
@@ -151,9 +153,15 @@ int cmd_info(int argc, char **argv) {
     long long context = 0;
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--keys")) {
+            char text[1024];
+            printf("[model]\n");
             for (int k = 0; k < model_config_key_count(); k++) {
-                char text[256];
                 model_config_key_describe(k, text, sizeof text);
+                printf("%s\n", text);
+            }
+            printf("\n[data] and [train] (--set section.key=value)\n");
+            for (int k = 0; k < train_config_key_count(); k++) {
+                train_config_key_describe(k, text, sizeof text);
                 printf("%s\n", text);
             }
             return 0;

@@ -168,5 +168,10 @@ Test(cli_config, info_lists_every_key_with_its_range) {
     cr_assert_eq(test_run_dbranch(NULL, "info --keys", &out, NULL), 0);
     cr_assert(strstr(out, "n_layer") && strstr(out, "[1, 65536]"), "%s", out);
     cr_assert(strstr(out, "disco_gate") && strstr(out, "fixed|learned; default 'fixed'"), "%s", out);
+    /* and the run keys, with their section */
+    cr_assert(strstr(out, "\n[data] and [train]"), "%s", out);
+    cr_assert(strstr(out, "train.precision") && strstr(out, "auto|fp32|bf16; default 'auto'"), "%s", out);
+    cr_assert(strstr(out, "train.schedule") && strstr(out, "cosine|linear|wsd|constant; default 'cosine'"), "%s", out);
+    cr_assert(strstr(out, "data.path") && strstr(out, "path; default ''"), "%s", out);
     free(out);
 }

@@ -263,6 +263,47 @@ static void get_value(const train_config *cfg, const config_key *k, char *text, 
     }
 }
 
+void train_config_key_describe(int index, char *text, int capacity) {
+    if (index < 0 || index >= n_config_keys) {
+        snprintf(text, (size_t)capacity, "?");
+        return;
+    }
+    const config_key *k = &config_keys[index];
+    char values[96] = "";
+    switch (k->kind) {
+    case VALUE_INT:
+    case VALUE_REAL:
+        snprintf(values, sizeof values, "%s", k->kind == VALUE_INT ? "integer" : "real");
+        if (config_range_is_set(&k->range)) {
+            snprintf(values + strlen(values), sizeof values - strlen(values), " in ");
+            config_range_format(&k->range, values + strlen(values), (int)(sizeof values - strlen(values)));
+        }
+        break;
+    case VALUE_PATH:
+        snprintf(values, sizeof values, "path");
+        break;
+    case VALUE_SCHEDULE:
+        snprintf(values, sizeof values, "cosine|linear|wsd|constant");
+        break;
+    case VALUE_OPTIMIZER:
+        snprintf(values, sizeof values, "adamw|muon");
+        break;
+    case VALUE_REDUCE:
+        snprintf(values, sizeof values, "ordered|fast");
+        break;
+    case VALUE_PASS_MIX:
+        snprintf(values, sizeof values, "K or K:weight,...");
+        break;
+    case VALUE_PRECISION:
+        snprintf(values, sizeof values, "auto|fp32|bf16");
+        break;
+    case VALUE_ATTENTION:
+        snprintf(values, sizeof values, "auto|amx|avx512_bf16|fp32");
+        break;
+    }
+    snprintf(text, (size_t)capacity, "%-24s %s; default '%s': %s", k->full_name, values, k->default_text, k->help);
+}
+
 static const config_key *find_key(const char *section, const char *name) {
     for (int i = 0; i < n_config_keys; i++)
         if (!strcmp(config_keys[i].section, section) && !strcmp(config_keys[i].name, name)) return &config_keys[i];

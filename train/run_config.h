@@ -113,6 +113,8 @@ size_t train_config_format(const train_config *cfg, char *text, size_t capacity)
  * paths verbatim, words). */
 int train_config_key_count(void);
 const char *train_config_key_name(int index);
+/* One line for `dbranch info --keys`: "section.key  values; default 'd': meaning". */
+void train_config_key_describe(int index, char *text, int capacity);
 model_key_kind train_config_key_kind(int index);
 /* The value in a form train_config_set_stored reads back exactly. */
 void train_config_get_stored(const train_config *cfg, int index, char *text, size_t capacity);
