@@ -269,37 +269,23 @@ void train_config_key_describe(int index, char *text, int capacity) {
         return;
     }
     const config_key *k = &config_keys[index];
-    char values[96] = "";
-    switch (k->kind) {
-    case VALUE_INT:
-    case VALUE_REAL:
-        snprintf(values, sizeof values, "%s", k->kind == VALUE_INT ? "integer" : "real");
-        if (config_range_is_set(&k->range)) {
-            snprintf(values + strlen(values), sizeof values - strlen(values), " in ");
-            config_range_format(&k->range, values + strlen(values), (int)(sizeof values - strlen(values)));
-        }
-        break;
-    case VALUE_PATH:
-        snprintf(values, sizeof values, "path");
-        break;
-    case VALUE_SCHEDULE:
-        snprintf(values, sizeof values, "cosine|linear|wsd|constant");
-        break;
-    case VALUE_OPTIMIZER:
-        snprintf(values, sizeof values, "adamw|muon");
-        break;
-    case VALUE_REDUCE:
-        snprintf(values, sizeof values, "ordered|fast");
-        break;
-    case VALUE_PASS_MIX:
-        snprintf(values, sizeof values, "K or K:weight,...");
-        break;
-    case VALUE_PRECISION:
-        snprintf(values, sizeof values, "auto|fp32|bf16");
-        break;
-    case VALUE_ATTENTION:
-        snprintf(values, sizeof values, "auto|amx|avx512_bf16|fp32");
-        break;
+    /* what each kind accepts, as the parser reads it */
+    static const char *const accepted[] = {
+        [VALUE_INT] = "integer",
+        [VALUE_REAL] = "real",
+        [VALUE_PATH] = "path",
+        [VALUE_SCHEDULE] = "cosine|linear|wsd|constant",
+        [VALUE_OPTIMIZER] = "adamw|muon",
+        [VALUE_REDUCE] = "ordered|fast",
+        [VALUE_PASS_MIX] = "K or K:weight,...",
+        [VALUE_PRECISION] = "auto|fp32|bf16",
+        [VALUE_ATTENTION] = "auto|amx|avx512_bf16|fp32",
+    };
+    char values[96];
+    snprintf(values, sizeof values, "%s", accepted[k->kind]);
+    if ((k->kind == VALUE_INT || k->kind == VALUE_REAL) && config_range_is_set(&k->range)) {
+        snprintf(values + strlen(values), sizeof values - strlen(values), " in ");
+        config_range_format(&k->range, values + strlen(values), (int)(sizeof values - strlen(values)));
     }
     snprintf(text, (size_t)capacity, "%-24s %s; default '%s': %s", k->full_name, values, k->default_text, k->help);
 }
