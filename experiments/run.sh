@@ -163,6 +163,7 @@ row() {
     # the append hold a lock on the file: two invocations started in the
     # same second had each found "base" missing and both added it (the D = 20
     # table of 2026-12-02 then counted every baseline twice).
+    STUDY_ROW_LINES+=("$(printf '%s\t%s\t%s\t%s\t%s' "$name" "$ref" "$config" "$corpus" "$*")")
     {
         flock 9
         awk -F'\t' -v n="$name" '$1 == n { found = 1 } END { exit !found }' "$OUT/$CURRENT/rows.tsv" 2>/dev/null ||
@@ -180,11 +181,31 @@ row() {
 begin_study() {
     CURRENT=$1/$SCALE
     mkdir -p "$OUT/$CURRENT"
-    : >"$OUT/$CURRENT/rows.tsv"
+    exp_rows_begin
     echo "== study $CURRENT -> $OUT/$CURRENT" >&2
 }
 
+# rows.tsv lists a study's rows for its tables. It is not emptied when an
+# invocation starts: another invocation of the same study (other seeds) may
+# be building its tables from it, and an emptied file gave tables without
+# the rows not yet declared. row() adds a missing row as it is declared;
+# exp_rows_end replaces the file (renamed over it) by exactly the rows this
+# invocation declared, in order, so a row removed from a study.sh leaves the
+# tables at the next invocation's end.
+exp_rows_begin() {
+    STUDY_ROW_LINES=()
+    touch "$OUT/$CURRENT/rows.tsv"
+}
+exp_rows_end() {
+    local file="$OUT/$CURRENT/rows.tsv"
+    {
+        flock 9
+        printf '%s\n' "${STUDY_ROW_LINES[@]}" >"$file.$$" && mv "$file.$$" "$file"
+    } 9>>"$file"
+}
+
 end_study() {
+    exp_rows_end
     exp_table "$CURRENT"
     local name reference rest
     while IFS=$'\t' read -r name reference rest; do

@@ -429,3 +429,48 @@ Test(cli_experiments, a_run_training_elsewhere_is_left_alone, .init = setup, .fi
     cr_assert_str_eq(log, "a run in progress\n", "the run in progress was replaced");
     free(log);
 }
+
+/* rows.tsv is what the tables read, and another invocation of the same study
+ * may build its tables at any time: it must never be emptied while an
+ * invocation trains (it was, at the start of every invocation, so tables
+ * built meanwhile lacked every row not declared yet). A wrapper binary copies
+ * the file before each training run of a second invocation; the copy must
+ * hold all four rows of the first one. A row no study.sh declares any more
+ * leaves the file at the invocation's end. */
+Test(cli_experiments, rows_stay_listed_while_a_study_trains, .init = setup, .fini = teardown, .timeout = 300) {
+    const char *source = source_dir();
+    const char *binary = test_dbranch_binary();
+    char command[4096], wrapper[256], rows[256];
+    snprintf(rows, sizeof rows, "%s/out/recurrent/1536/rows.tsv", work_dir);
+    const char *study = "'%s/experiments/run.sh' recurrent --quick --threads 1 --seeds %d --rows standard-4L --out "
+                        "'%s/out' --data-dir '%s/data' >>'%s/study.txt' 2>&1";
+    snprintf(command, sizeof command, study, source, 1, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the first invocation failed (see %s/study.txt)", work_dir);
+    snprintf(command, sizeof command, "test $(wc -l <'%s') -eq 4", rows);
+    cr_assert_eq(system(command), 0, "the study should list 4 rows");
+    snprintf(command, sizeof command, "printf 'gone\\t-\\tx.ini\\tkjv1m\\t\\n' >>'%s'", rows);
+    cr_assert_eq(system(command), 0);
+    snprintf(wrapper, sizeof wrapper, "%s/copy_rows_then_run.sh", work_dir);
+    FILE *f = fopen(wrapper, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\n[ \"$1\" != train ] || cp '%s' '%s/rows_while_training.tsv'\nexec '%s' \"$@\"\n", rows,
+            work_dir, binary);
+    fclose(f);
+    cr_assert_eq(chmod(wrapper, 0755), 0);
+    char second[1024];
+    snprintf(second, sizeof second, study, source, 2, work_dir, work_dir, work_dir);
+    snprintf(command, sizeof command, "DBRANCH_BINARY='%s' %s", wrapper, second);
+    cr_assert_eq(system(command), 0, "the second invocation failed (see %s/study.txt)", work_dir);
+    char copy[320];
+    snprintf(copy, sizeof copy, "%s/rows_while_training.tsv", work_dir);
+    char *during = test_slurp(copy);
+    for (const char *const *name =
+             (const char *const[]){"standard-4L\t", "recurrent-4L\t", "standard-2L\t", "recurrent-2L\t", NULL};
+         *name; name++)
+        cr_assert(strstr(during, *name), "rows.tsv while seed 2 trained lacks %s:\n%s", *name, during);
+    free(during);
+    char *after = test_slurp(rows);
+    cr_assert_null(strstr(after, "gone\t"), "a row no study declares stayed:\n%s", after);
+    cr_assert(strstr(after, "recurrent-2L\t"), "%s", after);
+    free(after);
+}

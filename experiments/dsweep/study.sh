@@ -171,7 +171,7 @@ study_dsweep() {
     for d in ${DSWEEP_D:-10 20 40 80}; do
         CURRENT=$DSWEEP_DIR/D$d
         mkdir -p "$OUT/$CURRENT"
-        : >"$OUT/$CURRENT/rows.tsv"
+        exp_rows_begin
         echo "== study $CURRENT -> $OUT/$CURRENT ($((d * params)) tokens)" >&2
         TOKENS_OVERRIDE=$((d * params))
         for arm in $DSWEEP_ARMS; do
