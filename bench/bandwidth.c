@@ -3,6 +3,7 @@
  * by loads, not by the latency of the additions. */
 #include "bench/bandwidth.h"
 #include "bench/timing.h"
+#include "kernels/isa.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -10,28 +11,33 @@
 #include <string.h>
 #include <time.h>
 
-/* Sum of x [n], one thread's share. */
-static double slab_sum(const float *x, int64_t n) {
-    int64_t i = 0;
-    double total = 0.0;
-#if defined(__AVX512F__)
+/* Sum of the first n - n % 64 floats of x with four zmm accumulators. */
+static K_TARGET_AVX512 double slab_sum_avx512(const float *x, int64_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    for (; i + 64 <= n; i += 64) {
+    for (int64_t i = 0; i + 64 <= n; i += 64) {
         a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
         a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
         a2 = _mm512_add_ps(a2, _mm512_loadu_ps(x + i + 32));
         a3 = _mm512_add_ps(a3, _mm512_loadu_ps(x + i + 48));
     }
-    total = (double)_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#else
-    float acc = 0.0f;
+    return (double)_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+/* Sum of x [n], one thread's share: AVX-512 where the active level has it
+ * (kernels/isa.h), else the compiler's vectorisation of a plain loop. */
+static double slab_sum(const float *x, int64_t n) {
+    const int64_t whole = n - n % 64;
+    double total = 0.0;
+    if (k_isa_active() == K_ISA_AVX512)
+        total = slab_sum_avx512(x, whole);
+    else {
+        float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-    for (int64_t j = 0; j < n - n % 64; j++)
-        acc += x[j];
-    total = acc;
-    i = n - n % 64;
-#endif
-    for (; i < n; i++)
+        for (int64_t j = 0; j < whole; j++)
+            acc += x[j];
+        total = acc;
+    }
+    for (int64_t i = whole; i < n; i++)
         total += x[i];
     return total;
 }

@@ -35,8 +35,9 @@
 #include <blis.h>
 #pragma GCC diagnostic pop
 
-#if defined(__AVX512F__)
 #include <immintrin.h>
+
+#include "kernels/isa.h"
 
 /* Register block: MR rows x NR columns of C. */
 #define UK_MR 24
@@ -50,9 +51,9 @@
 /* C [m,n] (row stride rs_c, column stride cs_c) = alpha * A·B + beta * C, with
  * A the packed MR x k micro-panel (a[p*MR + i]) and B the packed k x NR
  * micro-panel (b[p*NR + j]). beta == 0 never reads C. */
-static void sgemm_avx512_24x16(dim_t m, dim_t n, dim_t k, float *restrict alpha, float *restrict a, float *restrict b,
-                               float *restrict beta, float *restrict c, inc_t rs_c, inc_t cs_c,
-                               auxinfo_t *restrict data, cntx_t *restrict cntx) {
+static K_TARGET_AVX512 void sgemm_avx512_24x16(dim_t m, dim_t n, dim_t k, float *restrict alpha, float *restrict a,
+                                               float *restrict b, float *restrict beta, float *restrict c, inc_t rs_c,
+                                               inc_t cs_c, auxinfo_t *restrict data, cntx_t *restrict cntx) {
     (void)data;
     (void)cntx;
     __m512 acc[UK_MR]; /* row i of the tile */
@@ -103,7 +104,7 @@ static void sgemm_avx512_24x16(dim_t m, dim_t n, dim_t k, float *restrict alpha,
  * training GEMM's time at K = 128). */
 
 /* r[0..15]: 16 rows of 16 floats -> r[c] holds column c. */
-static inline void transpose_16x16(__m512 r[16]) {
+static inline K_TARGET_AVX512 void transpose_16x16(__m512 r[16]) {
     __m512 t[16];
     for (int i = 0; i < 16; i += 2) { /* interleave row pairs within 128-bit lanes */
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
@@ -126,13 +127,14 @@ static inline void transpose_16x16(__m512 r[16]) {
     }
 }
 
-static inline __mmask16 lane_mask(int64_t lanes) {
+static inline K_TARGET_AVX512 __mmask16 lane_mask(int64_t lanes) {
     return lanes >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1u);
 }
 
 /* One micro-panel of mnr (a multiple of 8, at most 32) rows; see above. */
-static inline void pack_panel(int mnr, dim_t cdim, dim_t n, dim_t n_max, float kappa, const float *restrict a,
-                              inc_t inca, inc_t lda, float *restrict p, inc_t ldp) {
+static inline K_TARGET_AVX512 void pack_panel(int mnr, dim_t cdim, dim_t n, dim_t n_max, float kappa,
+                                              const float *restrict a, inc_t inca, inc_t lda, float *restrict p,
+                                              inc_t ldp) {
     const __m512 scale = _mm512_set1_ps(kappa);
     if (inca == 1) {
         for (dim_t j = 0; j < n; j++)
@@ -172,14 +174,16 @@ static inline void pack_panel(int mnr, dim_t cdim, dim_t n, dim_t n_max, float k
 }
 
 /* BLIS packm kernels for panels of UK_MR (A) and UK_NR (B) rows. */
-static void spackm_mr(conj_t conja, pack_t schema, dim_t cdim, dim_t n, dim_t n_max, float *restrict kappa,
-                      float *restrict a, inc_t inca, inc_t lda, float *restrict p, inc_t ldp, cntx_t *restrict cntx) {
+static K_TARGET_AVX512 void spackm_mr(conj_t conja, pack_t schema, dim_t cdim, dim_t n, dim_t n_max,
+                                      float *restrict kappa, float *restrict a, inc_t inca, inc_t lda,
+                                      float *restrict p, inc_t ldp, cntx_t *restrict cntx) {
     (void)conja, (void)schema, (void)cntx; /* real data: no conjugation; one layout for both schemas */
     pack_panel(UK_MR, cdim, n, n_max, *kappa, a, inca, lda, p, ldp);
 }
 
-static void spackm_nr(conj_t conja, pack_t schema, dim_t cdim, dim_t n, dim_t n_max, float *restrict kappa,
-                      float *restrict a, inc_t inca, inc_t lda, float *restrict p, inc_t ldp, cntx_t *restrict cntx) {
+static K_TARGET_AVX512 void spackm_nr(conj_t conja, pack_t schema, dim_t cdim, dim_t n, dim_t n_max,
+                                      float *restrict kappa, float *restrict a, inc_t inca, inc_t lda,
+                                      float *restrict p, inc_t ldp, cntx_t *restrict cntx) {
     (void)conja, (void)schema, (void)cntx;
     pack_panel(UK_NR, cdim, n, n_max, *kappa, a, inca, lda, p, ldp);
 }
@@ -208,22 +212,14 @@ static void build_context(void) {
     bli_func_set_dt((void_fp)spackm_nr, BLIS_FLOAT, &avx512_context.packm_kers[BLIS_PACKM_16XK_KER]);
 }
 
+/* The context with our micro-kernel where the active level is AVX-512;
+ * NULL (BLIS's own context) elsewhere. */
 void *k_gemm_ukernel_context(void) {
+    if (k_isa_active() != K_ISA_AVX512) return NULL;
     pthread_once(&avx512_once, build_context);
     return &avx512_context;
 }
 
-int k_gemm_ukernel_pays(int64_t M, int64_t N, int64_t K) { return M >= 64 && N >= 64 && K >= 16; }
-
-#else /* no AVX-512 in this build: BLIS's own context everywhere */
-
-void *k_gemm_ukernel_context(void) { return NULL; }
-
 int k_gemm_ukernel_pays(int64_t M, int64_t N, int64_t K) {
-    (void)M;
-    (void)N;
-    (void)K;
-    return 0;
+    return k_isa_active() == K_ISA_AVX512 && M >= 64 && N >= 64 && K >= 16;
 }
-
-#endif

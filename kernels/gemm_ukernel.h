@@ -6,12 +6,14 @@
 #include <stdint.h>
 
 /* The BLIS context (a cntx_t *) whose sgemm micro-kernel and block sizes are
- * ours, or NULL when this build has no AVX-512 (then BLIS's own context
- * serves every product). Built once, on first use; thread-safe. */
+ * ours, or NULL when the active instruction-set level (kernels/isa.h) is
+ * below AVX-512 (then BLIS's own context serves every product). Built once,
+ * on first use; thread-safe. */
 void *k_gemm_ukernel_context(void);
 
 /* Does a product of this shape run faster through that context than through
- * BLIS's own small-matrix ("sup") path? C is [M,N], the inner dimension K. */
+ * BLIS's own small-matrix ("sup") path? C is [M,N], the inner dimension K;
+ * 0 below AVX-512. */
 int k_gemm_ukernel_pays(int64_t M, int64_t N, int64_t K);
 
 #endif
