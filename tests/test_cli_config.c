@@ -173,5 +173,14 @@ Test(cli_config, info_lists_every_key_with_its_range) {
     cr_assert(strstr(out, "train.precision") && strstr(out, "auto|fp32|bf16; default 'auto'"), "%s", out);
     cr_assert(strstr(out, "train.schedule") && strstr(out, "cosine|linear|wsd|constant; default 'cosine'"), "%s", out);
     cr_assert(strstr(out, "data.path") && strstr(out, "path; default ''"), "%s", out);
+    /* integers read as integers: a range bound in e-notation (the seed's once was 9.22e+18) is no help */
+    for (const char *line = out; *line;) {
+        const size_t length = strcspn(line, "\n");
+        char text[512];
+        snprintf(text, sizeof text, "%.*s", (int)length, line);
+        if (strstr(text, "integer in ")) cr_assert(!strstr(text, "e+"), "%s", text);
+        line += length + (line[length] == '\n');
+    }
+    cr_assert(strstr(out, "train.seed") && strstr(out, "integer in [0, inf); default '1337'"), "%s", out);
     free(out);
 }
