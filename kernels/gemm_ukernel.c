@@ -38,6 +38,7 @@
 #include <immintrin.h>
 
 #include "kernels/isa.h"
+#include "kernels/transpose16.h"
 
 /* Register block: MR rows x NR columns of C. */
 #define UK_MR 24
@@ -103,30 +104,6 @@ static K_TARGET_AVX512 void sgemm_avx512_24x16(dim_t m, dim_t n, dim_t k, float 
  * widths gather element by element (they took a fifth to a third of a
  * training GEMM's time at K = 128). */
 
-/* r[0..15]: 16 rows of 16 floats -> r[c] holds column c. */
-static inline K_TARGET_AVX512 void transpose_16x16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) { /* interleave row pairs within 128-bit lanes */
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) { /* lane l of r[i + c]: rows i..i+3 at column 4l + c */
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 16; i += 8) /* gather the 128-bit lanes of two row groups */
-        for (int j = 0; j < 4; j++) {
-            t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
-            t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
-        }
-    for (int j = 0; j < 8; j++) {
-        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
-    }
-}
-
 static inline K_TARGET_AVX512 __mmask16 lane_mask(int64_t lanes) {
     return lanes >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1u);
 }
@@ -154,7 +131,7 @@ static inline K_TARGET_AVX512 void pack_panel(int mnr, dim_t cdim, dim_t n, dim_
                 for (int i = 0; i < 16; i++)
                     v[i] = i < rows ? _mm512_maskz_loadu_ps(lane_mask(cols), a + (r0 + i) * inca + j0)
                                     : _mm512_setzero_ps();
-                transpose_16x16(v);
+                k_transpose16(v);
                 for (int64_t c = 0; c < cols; c++)
                     _mm512_mask_storeu_ps(p + (j0 + c) * ldp + r0, store,
                                           kappa != 1.0f ? _mm512_mul_ps(v[c], scale) : v[c]);

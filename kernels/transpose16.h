@@ -1,8 +1,9 @@
 /* The 16 x 16 transpose of 32-bit lanes through AVX-512 registers, shared by
- * the float32 attention kernels (kernels/attention.c, built for AVX-512) and
- * the AMX ones (kernels/attention_amx.c, which transpose bf16 pairs as 32-bit
- * lanes). The target attribute lets a file built without -mavx512f inline it
- * into its own AVX-512 functions. */
+ * the float32 attention kernels (the avx512 variant of kernels/
+ * attention_isa.c), the AMX ones (kernels/attention_amx.c, which transpose
+ * bf16 pairs as 32-bit lanes) and the GEMM micro-kernel's packing
+ * (kernels/gemm_ukernel.c). The target attribute lets a file built without
+ * -mavx512f inline it into its own AVX-512 functions. */
 #ifndef K_TRANSPOSE16_H
 #define K_TRANSPOSE16_H
 
