@@ -4,6 +4,7 @@
  * this file only reads the inputs and prints. Config files go through the one
  * reader every subcommand uses (models/config_file.h). */
 #include <hdf5.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +13,16 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/input_file.h"
+#include "kernels/isa.h"
 #include "models/config_file.h"
 #include "models/model_info.h"
 #include "models/model_io.h"
+#include "train/provenance.h"
 #include "train/run_config.h"
 
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch info MODEL.h5|CONFIG.ini [--set key=value ...] [--context N]\n"
+                 "       dbranch info --keys | --cpu\n"
                  "\n"
                  "Prints parameter counts (primary, branch-only, total; per layer), FLOPs per\n"
                  "token for prefill and per decode step, and the bytes of weights and KV cache\n"
@@ -31,7 +35,10 @@ static void usage(FILE *out) {
                  "  --set key=value override one model key (repeatable; model.key=value too)\n"
                  "  --context N     KV positions read per decode step (default block_size)\n"
                  "  --keys          list the config keys ([model], [data], [train]): values or range,\n"
-                 "                  default, meaning\n");
+                 "                  default, meaning\n"
+                 "  --cpu           what this machine runs: the kernels' instruction-set level, the\n"
+                 "                  bf16 matrix units and engines, what train.precision = auto means\n"
+                 "                  here, threads, and what the build was compiled for\n");
 }
 
 static int is_hdf5_file(const char *path) {
@@ -144,6 +151,26 @@ static void print_info(const char *source, const model_info *info) {
     printf(" (x%.3f of float32)\n", info->weight_bytes_bf16_baseline / info->weight_bytes_baseline);
 }
 
+/* info --cpu: the machine as the kernels see it (the provenance record's fields). */
+static int print_cpu(void) {
+    train_provenance p;
+    train_provenance_collect(&p, omp_get_max_threads());
+    printf("cpu                %s\n", p.cpu);
+    printf("kernel level       %s (this CPU runs up to %s; DBRANCH_ISA=avx2|scalar forces lower)\n", p.kernel_level,
+           k_isa_name(k_isa_supported()));
+    printf("avx512_bf16        %s\n", p.avx512_bf16 ? "yes" : "no");
+    printf("amx_bf16           %s\n", p.amx_bf16 ? "yes" : "no");
+    printf("bf16 products      %s\n", p.bf16_engine);
+    printf("bf16 attention     %s\n", p.bf16_attention);
+    printf("precision = auto   %s\n", train_precision_name(train_precision_auto()));
+    printf("threads            %d (OpenMP's default; --threads or OMP_NUM_THREADS)\n", p.threads);
+    printf("blis               %s\n", p.blis_version);
+    printf("compiled for       avx512f %s, avx512_bf16 %s, amx_bf16 %s (-march; the kernels choose at run time)\n",
+           p.built_avx512f ? "yes" : "no", p.built_avx512_bf16 ? "yes" : "no", p.built_amx_bf16 ? "yes" : "no");
+    printf("source             %s (%s)\n", p.commit, p.version);
+    return 0;
+}
+
 int cmd_info(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) {
         usage(stdout);
@@ -151,6 +178,8 @@ int cmd_info(int argc, char **argv) {
     }
     const char *path = NULL;
     long long context = 0;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--cpu")) return print_cpu();
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--keys")) {
             char text[1024];

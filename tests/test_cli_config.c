@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kernels/isa.h"
 #include "support/run_dbranch.h"
 #include "support/scratch.h"
 
@@ -160,6 +161,27 @@ Test(cli_config, decode_mode_is_not_ignored_by_teacher_forcing) {
     free(err);
     cr_assert_eq(test_run_dbranch(NULL, "eval --model a.h5 --data d.h5 --decode ungrouped", NULL, &err), 2);
     cr_assert(strstr(err, "--decode"), "%s", err);
+    free(err);
+}
+
+/* info --cpu: the level the kernels use follows DBRANCH_ISA, and auto
+ * precision follows the level (fp32 below AVX-512 on any CPU). */
+Test(cli_config, info_cpu_reports_the_kernel_level) {
+    char *out;
+    cr_assert_eq(test_run_dbranch(NULL, "info --cpu", &out, NULL), 0);
+    char line[128];
+    snprintf(line, sizeof line, "kernel level       %s (", k_isa_name(k_isa_supported()));
+    cr_assert(strstr(out, line), "%s", out);
+    cr_assert(strstr(out, "precision = auto   fp32\n") || strstr(out, "precision = auto   bf16\n"), "%s", out);
+    cr_assert(strstr(out, "bf16 attention     ") && strstr(out, "compiled for       avx512f "), "%s", out);
+    free(out);
+    cr_assert_eq(test_run_dbranch("DBRANCH_ISA=scalar", "info --cpu", &out, NULL), 0);
+    cr_assert(strstr(out, "kernel level       scalar ("), "%s", out);
+    cr_assert(strstr(out, "precision = auto   fp32\n"), "%s", out);
+    free(out);
+    char *err;
+    cr_assert_eq(test_run_dbranch("DBRANCH_ISA=sse9", "info --cpu", NULL, &err), 2);
+    test_assert_one_line_error(err, "dbranch: ", "DBRANCH_ISA");
     free(err);
 }
 

@@ -13,6 +13,8 @@
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
+#include "kernels/attention_amx.h"
+#include "kernels/isa.h"
 #include "support/scratch.h"
 #include "train/trainer.h"
 
@@ -253,6 +255,8 @@ Test(provenance, record_in_folder_and_log, .init = setup, .fini = teardown) {
     for (int i = 0; i < 3; i++)
         cr_expect(!strcmp(field(&f, isa[i]), "true") || !strcmp(field(&f, isa[i]), "false"), "%s", isa[i]);
     cr_expect_str_eq(field(&f, "threads"), "1");
+    /* the level the kernels ran at (ctest also runs this file under DBRANCH_ISA=avx2 and scalar) */
+    cr_expect_str_eq(field(&f, "kernel_level"), k_isa_name(k_isa_active()));
     cr_expect_str_eq(field(&f, "resume"), "null");
     cr_expect_str_eq(field(&f, "total_steps"), "4");
     cr_expect_str_eq(field(&f, "tokens_per_step"), "32");
@@ -271,6 +275,21 @@ Test(provenance, record_in_folder_and_log, .init = setup, .fini = teardown) {
     char second[16384];
     read_line(log_path, 1, second, sizeof second);
     cr_expect(strstr(second, "\"type\":\"step\"") != NULL, "%s", second);
+}
+
+/* A bf16 run records its attention engine by its whole name: the field held
+ * 8 bytes, and "avx512_bf16" (a Zen 4's engine) was recorded as "avx512_". */
+Test(provenance, bf16_run_names_its_attention_engine, .init = setup, .fini = teardown) {
+    train_config cfg = tiny_config();
+    cfg.precision = TRAIN_PRECISION_BF16;
+    cr_assert_eq(train_config_validate(&cfg), DT_OK, "%s", dt_error_message());
+    train(&cfg, NULL, 1);
+    char path[256];
+    snprintf(path, sizeof path, "%s/run/provenance.json", work_dir);
+    static json_fields f;
+    parse(read_text(path), &f);
+    cr_expect_str_eq(field(&f, "bf16_attention"), k_bf16_attention_name(train_bf16_attention_engine(&cfg)));
+    cr_expect_str_eq(field(&f, "config.train.precision"), "bf16");
 }
 
 Test(provenance, resumed_run_appends_a_record, .init = setup, .fini = teardown) {

@@ -23,6 +23,7 @@
 #include "kernels/attention_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/isa.h"
 
 /* DBRANCH_COMMIT: generated at build time by cmake/commit_header.cmake. */
 #include "dbranch_commit.h"
@@ -83,6 +84,7 @@ void train_provenance_collect(train_provenance *p, int threads) {
     gmtime_r(&now, &utc);
     strftime(p->start_utc, sizeof p->start_utc, "%Y-%m-%dT%H:%M:%SZ", &utc);
     read_cpu(p);
+    snprintf(p->kernel_level, sizeof p->kernel_level, "%s", k_isa_name(k_isa_active()));
     p->threads = threads;
     p->processes = 1;
     snprintf(p->blis_version, sizeof p->blis_version, "%s", bli_info_get_version_str());
@@ -189,6 +191,7 @@ dt_status train_provenance_write(FILE *f, const train_provenance *p, const char 
     write_field(f, "cpu", p->cpu);
     write_isa(f, "isa", p->avx512f, p->avx512_bf16, p->amx_bf16);
     write_isa(f, "compiled_for", p->built_avx512f, p->built_avx512_bf16, p->built_amx_bf16);
+    write_field(f, "kernel_level", p->kernel_level);
     fprintf(f, ",\"threads\":%d,\"processes\":%d", p->threads, p->processes);
     write_field(f, "blis_version", p->blis_version);
     write_field(f, "bf16_engine", p->bf16_engine);

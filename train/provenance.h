@@ -36,11 +36,12 @@ typedef struct train_provenance {
     char cpu[64];                                         /* cpuid brand string ("unknown" off x86) */
     int avx512f, avx512_bf16, amx_bf16;                   /* the CPU has them (cpuid) */
     int built_avx512f, built_avx512_bf16, built_amx_bf16; /* the build targets them (-march) */
+    char kernel_level[8]; /* the instruction-set level the kernels ran at (kernels/isa.h: after DBRANCH_ISA) */
     int threads;
     int processes; /* of the job (mpirun -n N; 1 for one process) */
     char blis_version[32];
     char bf16_engine[80];    /* the bf16 product engine (kernels/gemm_bf16.h), with oneDNN's kernel */
-    char bf16_attention[8];  /* the bf16 attention engine, "amx" or "fp32" (kernels/attention_amx.h; the
+    char bf16_attention[16]; /* the bf16 attention engine, "amx", "avx512_bf16" or "fp32" (kernels/attention_amx.h; the
                               * record of a run: what its bf16 steps run, fp32 for an fp32 run) */
     const char *config_text; /* resolved config as INI text (train_config_format), not owned */
     const char *resume_path; /* checkpoint resumed from, or NULL */
