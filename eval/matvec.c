@@ -115,15 +115,13 @@ DEFINE_JOB_BLOCK(job_block_scalar, , block_dot_scalar)
 
 /* ---- AVX2 + FMA: 8 lanes; a tail of K % 8 elements in scalar code ------- */
 
-#define TARGET_AVX2 __attribute__((target("avx2,fma")))
-
-static inline __attribute__((always_inline)) TARGET_AVX2 __m256 load8(const void *w, int64_t i, int bf16) {
+static inline __attribute__((always_inline)) K_TARGET_AVX2 __m256 load8(const void *w, int64_t i, int bf16) {
     if (!bf16) return _mm256_loadu_ps((const float *)w + i);
     const __m128i half = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
 }
 
-static inline __attribute__((always_inline)) TARGET_AVX2 float sum8(__m256 v) {
+static inline __attribute__((always_inline)) K_TARGET_AVX2 float sum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -131,8 +129,8 @@ static inline __attribute__((always_inline)) TARGET_AVX2 float sum8(__m256 v) {
 }
 
 /* The four float32 vectors of elements k .. k+31 of a weight row. */
-static inline __attribute__((always_inline)) TARGET_AVX2 void load32(__m256 wv[4], const char *wr, int64_t k,
-                                                                     int bf16) {
+static inline __attribute__((always_inline)) K_TARGET_AVX2 void load32(__m256 wv[4], const char *wr, int64_t k,
+                                                                       int bf16) {
     if (bf16) { /* packed block of 32 (matvec.h): 0-7 and 16-23 in a, 8-15 and 24-31 in b */
         const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
         const __m256i a = _mm256_loadu_si256((const __m256i *)(wr + k * 2));
@@ -157,7 +155,7 @@ static inline __attribute__((always_inline)) TARGET_AVX2 void load32(__m256 wv[4
  * the same order whatever n_x is, so grouped and baseline decode agree bit
  * for bit. */
 // out[m*ldo + r] = dot(w row r [K], x row m [K]), r < n_w, m < n_x
-static inline __attribute__((always_inline)) TARGET_AVX2 void
+static inline __attribute__((always_inline)) K_TARGET_AVX2 void
 block_dot_avx2(float *out, int64_t ldo, const float *x, const void *w, int64_t K, int n_w, int n_x, int bf16) {
     const int64_t es = bf16 ? 2 : 4;
     for (int r = 0; r < n_w; r++) {
@@ -196,21 +194,19 @@ block_dot_avx2(float *out, int64_t ldo, const float *x, const void *w, int64_t K
     }
 }
 
-DEFINE_JOB_BLOCK(job_block_avx2, TARGET_AVX2, block_dot_avx2)
+DEFINE_JOB_BLOCK(job_block_avx2, K_TARGET_AVX2, block_dot_avx2)
 
 /* ---- AVX-512 (F + BW + VL): 16 lanes; the tail by masked loads ---------- */
 
-#define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
-
-static inline __attribute__((always_inline)) TARGET_AVX512 __m512 load16(const void *w, int64_t i, int bf16) {
+static inline __attribute__((always_inline)) K_TARGET_AVX512 __m512 load16(const void *w, int64_t i, int bf16) {
     if (!bf16) return _mm512_loadu_ps((const float *)w + i);
     const __m256i half = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
 /* The first popcount(mask) elements at i; nothing past them is read. */
-static inline __attribute__((always_inline)) TARGET_AVX512 __m512 load16_masked(const void *w, int64_t i,
-                                                                                __mmask16 mask, int bf16) {
+static inline __attribute__((always_inline)) K_TARGET_AVX512 __m512 load16_masked(const void *w, int64_t i,
+                                                                                  __mmask16 mask, int bf16) {
     if (!bf16) return _mm512_maskz_loadu_ps(mask, (const float *)w + i);
     const __m256i half = _mm256_maskz_loadu_epi16(mask, (const uint16_t *)w + i);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
@@ -218,7 +214,7 @@ static inline __attribute__((always_inline)) TARGET_AVX512 __m512 load16_masked(
 
 /* Called with constant row counts so the compiler unrolls the r/m loops and
  * keeps every accumulator in a register. */
-static inline __attribute__((always_inline)) TARGET_AVX512 void
+static inline __attribute__((always_inline)) K_TARGET_AVX512 void
 block_dot_avx512(float *out, int64_t ldo, const float *x, const void *w, int64_t K, int n_w, int n_x, int bf16) {
     const int64_t es = bf16 ? 2 : 4;
     __m512 acc[ROWS_PER_BLOCK][2];
@@ -287,7 +283,7 @@ block_dot_avx512(float *out, int64_t ldo, const float *x, const void *w, int64_t
             out[m * ldo + r] = _mm512_reduce_add_ps(acc[r][m]);
 }
 
-DEFINE_JOB_BLOCK(job_block_avx512, TARGET_AVX512, block_dot_avx512)
+DEFINE_JOB_BLOCK(job_block_avx512, K_TARGET_AVX512, block_dot_avx512)
 
 #endif
 

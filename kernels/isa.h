@@ -2,13 +2,13 @@
  * (+ FMA) or portable C. The decode matvec (eval/matvec.c), the GEMM
  * micro-kernel and AdamW's sweep carry target attributes per level; the
  * activations and attention are *_isa.c files compiled once per level
- * (kernels/isa_variant.h). One binary runs on any x86-64 CPU: the level is what the CPU
- * reports (cpuid through __builtin_cpu_supports, which also checks that the OS
- * saves the registers), and it can be forced DOWN, never up, so the tests and
- * a user (DBRANCH_ISA=avx2|scalar) run the fallbacks on a machine that has
- * the fast path. Nothing is keyed on the build's -march: a function that uses
- * a level's instructions carries its own target attribute or is built in
- * that level's variant of its file.
+ * (kernels/isa_variant.h). One binary runs on any x86-64 CPU: the level is
+ * what the CPU reports (cpuid through __builtin_cpu_supports, which also
+ * checks that the OS saves the registers), and it can be forced DOWN, never
+ * up, so the tests and a user (DBRANCH_ISA=avx2|scalar) run the fallbacks
+ * on a machine that has the fast path. Nothing is keyed on the build's
+ * -march: a function that uses a level's instructions carries its own
+ * target attribute or is built in that level's variant of its file.
  *
  * Also the CPU features of the bf16 paths (AVX512_BF16, AMX-BF16), by which
  * kernels/gemm_bf16.c and attention_amx.c choose theirs at run time. */

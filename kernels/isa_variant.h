@@ -4,7 +4,8 @@
  * level's compiler flags). The file keeps its functions static and exports
  * one table of them, K_ISA_VARIANT_NAME(k_<file>_ops), which becomes
  * k_<file>_ops_avx512, _avx2 or _scalar; the dispatcher beside it
- * (k_isa_pick) calls through the table of the level k_isa_active() names.
+ * (K_ISA_PICK, kernels/isa.h) calls through the table of the level
+ * k_isa_active() names.
  *
  * Inside a variant __AVX512F__ / __AVX2__ say what that level may use, so a
  * body keeps the plain #if ladder of one build and still runs every branch
