@@ -8,11 +8,16 @@
 #include "cli/commands.h"
 #include "train/checkpoint.h"
 #include "train/run_config.h"
+#include "train/time_limit.h"
 #include "train/trainer.h"
+
+/* sysexits.h's EX_TEMPFAIL, "try again later": stopped by --time-limit, resumable. */
+enum { EXIT_TIME_LIMIT = 75 };
 
 static void usage(FILE *out) {
     fprintf(out, "usage: dbranch train --config FILE [--set section.key=value ...] [--tokens N] [--resume CKPT]\n"
-                 "                     [--out DIR] [--threads N] [--dry-run] [--reduce ordered|fast]\n"
+                 "                     [--out DIR] [--threads N] [--time-limit DURATION] [--dry-run]\n"
+                 "                     [--reduce ordered|fast]\n"
                  "\n"
                  "Trains the model of a config file ([model], [data], [train] sections; see experiments/configs/)\n"
                  "until train.tokens training tokens have been seen (steps of batch_size x seq_len x grad_accum).\n"
@@ -25,6 +30,10 @@ static void usage(FILE *out) {
                  "                     the losses continue bit for bit as if the run had never stopped (same threads)\n"
                  "  --out DIR          output directory (train.out_dir): DIR/checkpoint.h5 and the JSON-lines log\n"
                  "  --threads N        threads for BLIS and OpenMP (train.threads, 1..1024)\n"
+                 "  --time-limit D     stop with a checkpoint before a step would end past D of wall time (5400,\n"
+                 "                     90m, 1.5h): the run's next step, evaluation and checkpoint are predicted\n"
+                 "                     from the last ones; exit status 75, and --resume continues. For sittings,\n"
+                 "                     batch-job wall times and study deadlines; not part of the run's config\n"
                  "  --dry-run          print the resolved configuration and stop (no data read, nothing written)\n"
                  "  --reduce R         train.reduce: under mpirun (-DDBRANCH_MPI=ON builds), how gradients are\n"
                  "                     summed over the processes: ordered (default; rank order, the same bits\n"
@@ -46,7 +55,8 @@ static void usage(FILE *out) {
                  "Exit status: 0 when the budget is reached; 1 on bad input or a failure, including a NaN/Inf loss\n"
                  "(the last good checkpoint is kept, never overwritten with diverged weights); 130 after SIGINT and\n"
                  "143 after SIGTERM: the current step is finished and a checkpoint written, so\n"
-                 "`dbranch train --resume DIR/checkpoint.h5` continues the run. A second signal kills at once.\n");
+                 "`dbranch train --resume DIR/checkpoint.h5` continues the run. A second signal kills at once.\n"
+                 "75 (EX_TEMPFAIL) when --time-limit stopped the run: likewise resumable.\n");
 }
 
 static volatile sig_atomic_t stop_signal = 0;
@@ -94,7 +104,7 @@ int cmd_train(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *config_path = NULL, *resume_path = NULL;
+    const char *config_path = NULL, *resume_path = NULL, *time_limit_text = NULL;
     const dt_comm *comm = NULL;
     /* Overrides in command-line order: --set pairs and the shorthands, applied after the file. */
     const char **overrides = calloc((size_t)argc + 1, sizeof *overrides);
@@ -117,7 +127,8 @@ int cmd_train(int argc, char **argv) {
                           : !strcmp(arg, "--threads") ? "train.threads"
                           : !strcmp(arg, "--reduce")  ? "train.reduce"
                                                       : NULL;
-        int takes_value = key || !strcmp(arg, "--config") || !strcmp(arg, "--set") || !strcmp(arg, "--resume");
+        int takes_value = key || !strcmp(arg, "--config") || !strcmp(arg, "--set") || !strcmp(arg, "--resume") ||
+                          !strcmp(arg, "--time-limit");
         if (!takes_value) {
             fprintf(stderr, "dbranch train: unknown option '%s' (try dbranch train --help)\n", arg);
             exit_code = 2;
@@ -138,6 +149,8 @@ int cmd_train(int argc, char **argv) {
             config_path = value;
         else if (!strcmp(arg, "--resume"))
             resume_path = value;
+        else if (!strcmp(arg, "--time-limit"))
+            time_limit_text = value;
         else if (!strcmp(arg, "--set"))
             overrides[n_overrides++] = value;
         else {
@@ -148,6 +161,12 @@ int cmd_train(int argc, char **argv) {
     }
     if (!config_path && !resume_path) {
         fprintf(stderr, "dbranch train: --config FILE is required (or --resume CKPT)\n");
+        exit_code = 2;
+        goto done;
+    }
+    double time_limit_seconds = 0.0;
+    if (time_limit_text && train_time_limit_parse(time_limit_text, &time_limit_seconds) != DT_OK) {
+        fprintf(stderr, "dbranch train: --time-limit: %s\n", dt_error_message());
         exit_code = 2;
         goto done;
     }
@@ -182,8 +201,11 @@ int cmd_train(int argc, char **argv) {
     const int speaks = !comm || comm->rank == 0; /* one voice for the job */
     install_stop_handlers();
     trainer t;
-    trainer_options options = {
-        .resume_path = resume_path, .progress = speaks ? stdout : NULL, .stop_flag = &stop_signal, .comm = comm};
+    trainer_options options = {.resume_path = resume_path,
+                               .progress = speaks ? stdout : NULL,
+                               .stop_flag = &stop_signal,
+                               .time_limit_seconds = time_limit_seconds,
+                               .comm = comm};
     /* Test hook (tests/test_cli_qa.c): stop at a known step so a SIGKILL lands between checkpoints. */
     const char *pause = getenv("DBRANCH_TEST_PAUSE_AFTER_STEP");
     if (pause) options.pause_after_step = strtoll(pause, NULL, 10);
@@ -213,7 +235,10 @@ int cmd_train(int argc, char **argv) {
         printf(" after %lld steps, %lld tokens, %.1fs\n", (long long)result.steps, (long long)result.tokens,
                result.elapsed_seconds);
     }
-    exit_code = result.stopped && stop_signal ? 128 + (int)stop_signal : 0;
+    exit_code = !result.stopped                               ? 0
+                : result.stop_reason == TRAIN_STOP_TIME_LIMIT ? EXIT_TIME_LIMIT
+                : stop_signal                                 ? 128 + (int)stop_signal
+                                                              : 0;
 done:
     cli_leave_job(comm);
     free(overrides);

@@ -50,7 +50,7 @@
 # Usage: experiments/run.sh STUDY [--quick] [--seeds "1 2"] [--tokens N]
 #            [--families "nanogpt llama moe"] [--corpora "kjv pycode"]
 #            [--threads K] [--out DIR] [--data-dir DIR] [--set section.key=value ...]
-#            [--rows "ROW ..."] [--d "D ..."]
+#            [--rows "ROW ..."] [--d "D ..."] [--deadline TIME]
 #   --quick     toy scale (d_model 32, T 32, a few steps): every study in
 #               about a minute, for tests/test_cli_experiments.c; default
 #               --out is then /tmp/dbranch_experiments_quick
@@ -63,6 +63,11 @@
 #   --rows R    train only these rows of the study (the others still appear
 #               in its table from their finished runs): a row added to a
 #               finished study trains alone, whatever --threads the others had
+#   --deadline TIME  end by TIME (any `date -d` time: "23:30", "2026-12-04
+#               02:00 UTC", "now + 2 hours"): each run stops with its
+#               checkpoint before it (dbranch train --time-limit) and no run
+#               starts within two minutes of it; the next invocation resumes
+#               the stopped run. For sittings and batch-job wall times
 #   --tables-only  train nothing: rebuild tables, plots and the manifest from
 #               the finished runs under OUT (rows with no finished seed show
 #               no numbers)
@@ -103,6 +108,7 @@ DATA_DIR="$ROOT/data_out"
 EXTRA_SETS=()
 TABLES_ONLY=0
 ROWS=""
+DEADLINE_EPOCH=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1; shift ;;
@@ -117,6 +123,10 @@ while [ $# -gt 0 ]; do
     --tables-only) TABLES_ONLY=1; shift ;;
     --rows) ROWS="$2"; shift 2 ;;
     --d) DSWEEP_D="$2"; shift 2 ;;
+    --deadline)
+        DEADLINE_EPOCH=$(date -d "$2" +%s 2>/dev/null) || { echo "run.sh: --deadline '$2' is not a time date(1) reads" >&2; exit 2; }
+        [ "$DEADLINE_EPOCH" -gt "$(date +%s)" ] || { echo "run.sh: --deadline '$2' ($(date -d "@$DEADLINE_EPOCH")) is past" >&2; exit 2; }
+        shift 2 ;;
     *) echo "run.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
 done

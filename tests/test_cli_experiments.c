@@ -356,6 +356,84 @@ Test(cli_experiments, interrupted_run_resumes_from_its_checkpoint, .init = setup
     cr_assert_str_eq(last_eval, final_eval, "the resumed run ends elsewhere");
 }
 
+/* --deadline: a run stops with its checkpoint before the deadline (its
+ * `dbranch train` gets a --time-limit), is left resumable and is resumed by
+ * the next invocation; no run starts with less than two minutes left; a
+ * deadline that is past or unreadable is one line and exit 2. The stop is
+ * made deterministic by a wrapper binary that shrinks the time limit run.sh
+ * passes to 1 ns: the run then stops after its first step. */
+Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    const char *source = source_dir();
+    const char *binary = test_dbranch_binary();
+    char command[4096], wrapper[256], run_dir[256], path[512];
+    const char *study = "recurrent --quick --threads 1 --rows standard-4L";
+    snprintf(run_dir, sizeof run_dir, "%s/out/recurrent/1536/standard-4L/seed1", work_dir);
+
+    static const char *const bad[] = {"not a time", "1 hour ago"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(command, sizeof command,
+                 "'%s/experiments/run.sh' %s --seeds 1 --deadline '%s' --out '%s/out' >'%s/bad.txt' 2>&1", source,
+                 study, bad[i], work_dir, work_dir);
+        const int status = system(command);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "--deadline '%s' gave status %d", bad[i], status);
+        snprintf(path, sizeof path, "%s/bad.txt", work_dir);
+        char *err = test_slurp(path);
+        test_assert_one_line_error(err, "run.sh: --deadline ", bad[i]);
+        free(err);
+    }
+
+    snprintf(wrapper, sizeof wrapper, "%s/shrink_time_limit.sh", work_dir);
+    FILE *f = fopen(wrapper, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "#!/bin/bash\n"
+            "# the real binary, with any --time-limit value replaced by 1 ns\n"
+            "args=()\n"
+            "while [ $# -gt 0 ]; do\n"
+            "  if [ \"$1\" = --time-limit ]; then args+=(--time-limit 1e-9s); shift 2; else args+=(\"$1\"); shift; fi\n"
+            "done\n"
+            "exec '%s' \"${args[@]}\"\n",
+            binary);
+    fclose(f);
+    cr_assert_eq(chmod(wrapper, 0755), 0);
+    snprintf(command, sizeof command,
+             "cd '%s' && DBRANCH_BINARY='%s' experiments/run.sh %s --seeds 1 --deadline 'now + 1 hour' --out '%s/out' "
+             "--data-dir '%s/data' >'%s/first.txt' 2>&1",
+             source, wrapper, study, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the study failed (see %s/first.txt)", work_dir);
+    snprintf(command, sizeof command,
+             "grep -q 'standard-4L/seed1: stopped before the deadline at step 1/12, resumable' '%s/first.txt'",
+             work_dir);
+    cr_assert_eq(system(command), 0, "no stop reported (see %s/first.txt)", work_dir);
+    snprintf(path, sizeof path, "%s/checkpoint.h5", run_dir);
+    cr_assert(file_exists(path), "the stopped run has no checkpoint");
+    snprintf(path, sizeof path, "%s/done", run_dir);
+    cr_assert(access(path, F_OK) != 0, "the stopped run is marked done");
+
+    /* The next invocation (no deadline) resumes and finishes it. */
+    snprintf(command, sizeof command,
+             "cd '%s' && experiments/run.sh %s --seeds 1 --out '%s/out' --data-dir '%s/data' >'%s/second.txt' 2>&1",
+             source, study, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the rerun failed (see %s/second.txt)", work_dir);
+    snprintf(command, sizeof command, "grep -q 'standard-4L/seed1: resuming from its checkpoint' '%s/second.txt'",
+             work_dir);
+    cr_assert_eq(system(command), 0, "the rerun did not resume the stopped run (see %s/second.txt)", work_dir);
+    cr_assert(access(path, F_OK) == 0, "the resumed run is not done");
+
+    /* Two minutes before the deadline nothing starts. */
+    snprintf(command, sizeof command,
+             "cd '%s' && experiments/run.sh %s --seeds 2 --deadline 'now + 100 seconds' --out '%s/out' "
+             "--data-dir '%s/data' >'%s/third.txt' 2>&1",
+             source, study, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the study failed (see %s/third.txt)", work_dir);
+    snprintf(command, sizeof command, "grep -q 'standard-4L/seed2: not started, the deadline is near' '%s/third.txt'",
+             work_dir);
+    cr_assert_eq(system(command), 0, "the near deadline was not reported (see %s/third.txt)", work_dir);
+    snprintf(path, sizeof path, "%s/out/recurrent/1536/standard-4L/seed2/log.jsonl", work_dir);
+    cr_assert(!file_exists(path), "a run started two minutes before the deadline");
+}
+
 /* A study runs for hours, and editing experiments/run.sh meanwhile must not
  * change what the running invocation executes: bash reads a script as it
  * goes, so an edit used to make the end of a running study fail (a syntax

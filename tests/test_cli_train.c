@@ -1,7 +1,7 @@
 /* `dbranch train` as a user runs it: --help, one-line errors with a non-zero
  * exit for bad input, a tiny run that writes its log and checkpoint, --resume
  * with a larger --tokens budget continuing the same log, and SIGTERM ending a
- * run cleanly with a checkpoint and exit status 143. */
+ * run cleanly with a checkpoint and exit status 143 (--time-limit: 75). */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -169,6 +169,40 @@ Test(cli_train, sigterm_checkpoints_and_exits_143, .init = setup, .fini = teardo
     cr_assert(state.step >= 3);
     cr_assert_eq(count_lines(log_path, "\"type\":\"step\""), (int)state.step,
                  "the checkpoint holds exactly the logged steps");
+}
+
+/* --time-limit: a limit below one step stops the run after its first step
+ * with a checkpoint and exit status 75, --resume finishes it, and a bad
+ * duration is one line naming it. */
+Test(cli_train, time_limit_checkpoints_and_exits_75, .init = setup, .fini = teardown, .timeout = 120) {
+    static char args[512], log_path[160], checkpoint[160];
+    char *out, *err;
+    snprintf(log_path, sizeof log_path, "%s/run/log.jsonl", work_dir);
+    snprintf(checkpoint, sizeof checkpoint, "%s/run/checkpoint.h5", work_dir);
+    snprintf(args, sizeof args, "--config '%s' --time-limit 1e-9s", config_path);
+    cr_assert_eq(run_train(args, &out, &err), 75, "stderr: %s", err);
+    cr_assert(strstr(out, "stopped at the time limit at step 1/10") != NULL, "%s", out);
+    free(out);
+    free(err);
+    train_state state;
+    cr_assert_eq(train_checkpoint_read_state(checkpoint, &state, NULL), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(state.step, 1);
+    cr_assert_eq(count_lines(log_path, "\"type\":\"step\""), 1);
+
+    snprintf(args, sizeof args, "--resume '%s' --time-limit 1h", checkpoint);
+    cr_assert_eq(run_train(args, &out, &err), 0, "stderr: %s", err);
+    cr_assert(strstr(out, "final: val loss") != NULL, "%s", out);
+    free(out);
+    free(err);
+    cr_assert_eq(count_lines(log_path, "\"type\":\"step\""), 10);
+
+    static const char *const bad[] = {"90min", "0", "-1h", "soon"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "--config '%s' --time-limit '%s'", config_path, bad[i]);
+        cr_assert_eq(run_train(args, NULL, &err), 2, "--time-limit %s", bad[i]);
+        test_assert_one_line_error(err, "dbranch train: ", bad[i]);
+        free(err);
+    }
 }
 
 /* ---------- the stored run config and resume checks (issue 18 items 9, 12; issue 17) ---------- */

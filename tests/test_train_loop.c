@@ -2,7 +2,8 @@
  * (written here with data_tokens_write):
  *  - a stopped and resumed run gives bit-for-bit the per-step losses, gradient
  *    norms and final weights of the uninterrupted run (AdamW and Muon, with and
- *    without a decode branch, with gradient accumulation);
+ *    without a decode branch, with gradient accumulation), also when its time
+ *    limit stopped it;
  *  - the checkpoint round trip restores parameters, optimizer state, loader
  *    and trainer RNG state exactly;
  *  - a NaN loss stops the run with an error and keeps the last good checkpoint;
@@ -202,6 +203,41 @@ Test(train_loop, resume_is_bit_exact_adamw_two_threads, .init = setup, .fini = t
 
 Test(train_loop, resume_is_bit_exact_branch_muon_accum, .init = setup, .fini = teardown, .timeout = 120) {
     check_resume_is_exact(1, OPTIM_MUON, 2, 1);
+}
+
+/* A run stopped by its time limit is resumable like a signalled one. The
+ * first step of an invocation always runs and the limit (1 ns) is below any
+ * step, so the first leg stops after exactly one step, with its checkpoint;
+ * the second leg, without a limit, ends where the uninterrupted run ends. A
+ * limit far above the run's length does not stop it. */
+Test(train_loop, time_limit_stops_with_a_resumable_checkpoint, .init = setup, .fini = teardown, .timeout = 120) {
+    train_config straight = tiny_config("straight", 1, OPTIM_MUON);
+    train_config split = tiny_config("split", 1, OPTIM_MUON);
+    trainer t;
+    trainer_options unlimited = {.time_limit_seconds = 1e6};
+    cr_assert_eq(trainer_init(&t, &straight, &unlimited), DT_OK, "%s", dt_error_message());
+    trainer_result full;
+    cr_assert_eq(trainer_run(&t, &full), DT_OK, "%s", dt_error_message());
+    trainer_free(&t);
+    cr_assert(!full.stopped && full.evaluated && full.steps == 8, "a limit of 1e6 s stopped the run");
+    cr_assert_eq(full.stop_reason, TRAIN_STOP_NONE);
+
+    trainer_options tight = {.time_limit_seconds = 1e-9};
+    cr_assert_eq(trainer_init(&t, &split, &tight), DT_OK, "%s", dt_error_message());
+    trainer_result first;
+    cr_assert_eq(trainer_run(&t, &first), DT_OK, "%s", dt_error_message());
+    trainer_free(&t);
+    cr_assert(first.stopped && !first.evaluated);
+    cr_assert_eq(first.stop_reason, TRAIN_STOP_TIME_LIMIT);
+    cr_assert_eq(first.steps, 1, "stopped after %lld steps, expected 1", (long long)first.steps);
+    char checkpoint[PATH_BUF];
+    snprintf(checkpoint, sizeof checkpoint, "%s/checkpoint.h5", split.out_dir);
+    trainer_result second = run(&split, checkpoint, 0, DT_OK);
+    cr_assert(!second.stopped && second.evaluated && second.steps == 8);
+    cr_assert_eq(second.final_eval.loss, full.final_eval.loss);
+    char checkpoint_full[PATH_BUF];
+    snprintf(checkpoint_full, sizeof checkpoint_full, "%s/checkpoint.h5", straight.out_dir);
+    assert_same_weights(checkpoint_full, checkpoint);
 }
 
 /* Weights, optimizer moments, loader and trainer RNG come back exactly. */

@@ -24,6 +24,7 @@
 #include "models/model_io.h"
 #include "train/checkpoint_rotation.h"
 #include "train/provenance.h"
+#include "train/time_limit.h"
 
 /* What trainer_free must release (trainer.ready bits). */
 enum {
@@ -526,12 +527,20 @@ dt_status trainer_save(trainer *t) {
     return DT_OK;
 }
 
-static int stop_requested(const trainer *t) {
-    double stop = t->options.stop_flag && *t->options.stop_flag ? 1.0 : 0.0;
-    /* One process's request stops every one, at the same step. */
-    if (t->comm->size > 1 && t->comm->allreduce_f64(t->comm, &stop, 1) != DT_OK) return 1;
-    if (stop > 0.0) return 1;
-    return t->options.stop_after_step > 0 && t->state.step >= t->options.stop_after_step;
+/* Why the loop should stop before the next step (TRAIN_STOP_NONE: it should
+ * not). A signal or the time limit on any process stops every one at the
+ * same step: the requests are summed over the job. */
+static train_stop_reason stop_requested(const trainer *t, const train_time_limit *limit) {
+    const int64_t next = t->state.step + 1;
+    const int next_evaluates = next == t->total_steps || (t->cfg.eval_every > 0 && next % t->cfg.eval_every == 0);
+    const int next_saves = t->cfg.checkpoint_every > 0 && next % t->cfg.checkpoint_every == 0;
+    double requests[2] = {t->options.stop_flag && *t->options.stop_flag ? 1.0 : 0.0,
+                          train_time_limit_reached(limit, now_seconds(), next_evaluates, next_saves) ? 1.0 : 0.0};
+    if (t->comm->size > 1 && t->comm->allreduce_f64(t->comm, requests, 2) != DT_OK) return TRAIN_STOP_SIGNAL;
+    if (requests[0] > 0.0) return TRAIN_STOP_SIGNAL;
+    if (requests[1] > 0.0) return TRAIN_STOP_TIME_LIMIT;
+    if (t->options.stop_after_step > 0 && t->state.step >= t->options.stop_after_step) return TRAIN_STOP_STEP;
+    return TRAIN_STOP_NONE;
 }
 
 dt_status trainer_run(trainer *t, trainer_result *result) {
@@ -567,24 +576,36 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
 
     dt_status status = DT_OK;
     train_step_record record;
-    while (t->state.step < t->total_steps && !stop_requested(t)) {
+    train_time_limit limit = train_time_limit_begin(t->options.time_limit_seconds, now_seconds());
+    train_stop_reason stop = TRAIN_STOP_NONE;
+    while (t->state.step < t->total_steps && (stop = stop_requested(t, &limit)) == TRAIN_STOP_NONE) {
+        double began = now_seconds();
         if (trainer_step(t, &record) != DT_OK) {
             status = DT_ERR;
             break;
         }
+        train_time_limit_saw_step(&limit, now_seconds() - began);
         const int64_t step = t->state.step;
         if (t->options.pause_after_step > 0 && step == t->options.pause_after_step) {
             raise(SIGSTOP); /* the log lines are already flushed */
         }
         if (step == t->total_steps) break; /* the final eval and checkpoint follow the loop */
         train_eval_record eval;
-        if (c->eval_every > 0 && step % c->eval_every == 0 && trainer_evaluate(t, &eval) != DT_OK) {
-            status = DT_ERR;
-            break;
+        if (c->eval_every > 0 && step % c->eval_every == 0) {
+            began = now_seconds();
+            if (trainer_evaluate(t, &eval) != DT_OK) {
+                status = DT_ERR;
+                break;
+            }
+            train_time_limit_saw_eval(&limit, now_seconds() - began);
         }
-        if (c->checkpoint_every > 0 && step % c->checkpoint_every == 0 && trainer_save(t) != DT_OK) {
-            status = DT_ERR;
-            break;
+        if (c->checkpoint_every > 0 && step % c->checkpoint_every == 0) {
+            began = now_seconds();
+            if (trainer_save(t) != DT_OK) {
+                status = DT_ERR;
+                break;
+            }
+            train_time_limit_saw_save(&limit, now_seconds() - began);
         }
     }
     if (status != DT_OK) {
@@ -602,9 +623,13 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
         result->evaluated = 1;
     } else {
         result->stopped = 1;
+        result->stop_reason = stop;
     }
     if (trainer_save(t) != DT_OK) return DT_ERR;
-    train_log_message(&t->log, "%s at step %lld/%lld; checkpoint %s", result->stopped ? "stopped" : "finished",
+    train_log_message(&t->log, "%s at step %lld/%lld; checkpoint %s",
+                      !result->stopped                               ? "finished"
+                      : result->stop_reason == TRAIN_STOP_TIME_LIMIT ? "stopped at the time limit"
+                                                                     : "stopped",
                       (long long)t->state.step, (long long)t->total_steps, t->checkpoint_path);
     /* The log's last bytes reach the disk before the run reports success. */
     t->ready &= ~READY_LOG;

@@ -25,9 +25,9 @@
  * Several processes (options.comm, core/comm.h): every one draws the whole
  * batch from the same seeded stream and trains on its equal share of the
  * rows (train.batch_size must split evenly); the step's losses are the
- * job's means, evaluation windows are shared out, a stop request on any
- * process stops all at the same step, and rank 0 alone logs and writes
- * checkpoints. */
+ * job's means, evaluation windows are shared out, a stop request (a signal
+ * or the time limit) on any process stops all at the same step, and rank 0
+ * alone logs and writes checkpoints. */
 #ifndef TRAIN_TRAINER_H
 #define TRAIN_TRAINER_H
 
@@ -54,6 +54,8 @@ typedef struct trainer_options {
     FILE *progress;                   /* human progress (NULL: silent) */
     volatile sig_atomic_t *stop_flag; /* set from a signal handler: finish the step, checkpoint, return */
     int64_t stop_after_step;          /* > 0: stop (with a checkpoint) once this many steps are done */
+    double time_limit_seconds;        /* > 0: stop (with a checkpoint) before a step would end past this many
+                                         seconds of this call's loop (train/time_limit.h) */
     int64_t poison_step;              /* test hook, > 0: a NaN is written into final_norm before this step */
     int64_t pause_after_step;         /* test hook, > 0: the process stops itself (SIGSTOP) once this step is
                                          logged, before any checkpoint, so a test can SIGKILL it at a known point */
@@ -62,11 +64,20 @@ typedef struct trainer_options {
                                          arbitrary token ids, a loss spike for the spike guard to catch */
 } trainer_options;
 
+/* Why a run ended before its budget (trainer_result.stopped). */
+typedef enum {
+    TRAIN_STOP_NONE = 0,   /* not stopped: the budget was reached */
+    TRAIN_STOP_SIGNAL,     /* options.stop_flag (SIGINT / SIGTERM), on any process */
+    TRAIN_STOP_STEP,       /* options.stop_after_step */
+    TRAIN_STOP_TIME_LIMIT, /* options.time_limit_seconds */
+} train_stop_reason;
+
 typedef struct trainer_result {
     int64_t steps;  /* steps completed (over all segments of the run) */
     int64_t tokens; /* training tokens seen */
-    int stopped;    /* 1: stopped early (signal or stop_after_step); a checkpoint was written */
-    int evaluated;  /* final_eval holds the end-of-run evaluation */
+    int stopped;    /* 1: stopped early (stop_reason says why); a checkpoint was written */
+    train_stop_reason stop_reason;
+    int evaluated; /* final_eval holds the end-of-run evaluation */
     train_eval_record final_eval;
     double elapsed_seconds;
 } trainer_result;

@@ -75,6 +75,9 @@ exp_relative() { # path
 #   exp_train STUDY ROW CONFIG CORPUS SEED [--set k=v ...]
 # The checkpoint is deleted afterwards unless KEEP_CHECKPOINT=1 (the caller
 # then deletes it): results are the logs.
+# With --deadline, a run ends with its checkpoint before the deadline and the
+# runs after it are not started (exp_deadline_limit); the next invocation
+# resumes the stopped one as below.
 # Runs longer than a sitting: with EXP_CHECKPOINT_EVERY=N (steps; 0, the
 # default, leaves the command as it always was) the run writes its
 # checkpoint every N steps (to a temporary file, renamed), and a run folder
@@ -129,11 +132,14 @@ exp_train() {
     fi
     if [ ! -f "$dir/done" ] && [ -f "$dir/checkpoint.h5" ] &&
         [ "$(exp_without_out <"$dir/command.txt" 2>/dev/null)" = "$(printf '%s\n' "$command" | exp_without_out)" ]; then
+        exp_deadline_limit "$study/$row/seed$seed" || return 0
         echo "   $study/$row/seed$seed: resuming from its checkpoint" >&2
-        local start=$SECONDS
+        local start=$SECONDS status=0
         echo "== resumed: dbranch train --resume $(exp_relative "$dir")/checkpoint.h5" >>"$dir/train.txt"
-        if ! "$DBRANCH" train --resume "$(exp_relative "$dir")/checkpoint.h5" --out "$(exp_relative "$dir")" \
-            --threads "$THREADS" >>"$dir/train.txt" 2>&1; then
+        "$DBRANCH" train --resume "$(exp_relative "$dir")/checkpoint.h5" --out "$(exp_relative "$dir")" \
+            --threads "$THREADS" "${TIME_LIMIT_ARGS[@]}" >>"$dir/train.txt" 2>&1 || status=$?
+        exp_stopped_at_deadline "$status" "$study/$row/seed$seed" "$dir" && return 0
+        if [ "$status" != 0 ]; then
             echo "run.sh: resuming $study/$row/seed$seed failed; see $dir/train.txt:" >&2
             tail -n 3 "$dir/train.txt" >&2
             return 1
@@ -144,14 +150,14 @@ exp_train() {
         touch "$dir/done"
         return 0
     fi
-    rm -rf "$dir"
-    mkdir -p "$dir"
     # The same run finished in another study (the ablation and control
     # studies share their base and branch rows): runs are deterministic, so
     # its log is this run's; reused_from names it.
     local same
     same=$(exp_same_run "$command" "$dir")
     if [ -n "$same" ] && [ "${KEEP_CHECKPOINT:-0}" != 1 ]; then
+        rm -rf "$dir"
+        mkdir -p "$dir"
         cp "$same"/log.jsonl "$same"/train.txt "$same"/seconds "$dir"/
         [ ! -f "$same/provenance.json" ] || cp "$same/provenance.json" "$dir"/
         printf '%s\n' "$command" >"$dir/command.txt"
@@ -160,10 +166,15 @@ exp_train() {
         echo "   $study/$row/seed$seed: the same run as $(exp_relative "$same")" >&2
         return 0
     fi
+    exp_deadline_limit "$study/$row/seed$seed" || return 0
+    rm -rf "$dir"
+    mkdir -p "$dir"
     printf '%s\n' "$command" >"$dir/command.txt"
     echo "   $study/$row/seed$seed" >&2
-    local start=$SECONDS
-    if ! "$DBRANCH" "${args[@]}" >"$dir/train.txt" 2>&1; then
+    local start=$SECONDS status=0
+    "$DBRANCH" "${args[@]}" "${TIME_LIMIT_ARGS[@]}" >"$dir/train.txt" 2>&1 || status=$?
+    exp_stopped_at_deadline "$status" "$study/$row/seed$seed" "$dir" && return 0
+    if [ "$status" != 0 ]; then
         echo "run.sh: training $study/$row/seed$seed failed; see $dir/train.txt:" >&2
         tail -n 3 "$dir/train.txt" >&2
         return 1
@@ -171,6 +182,39 @@ exp_train() {
     echo "$((SECONDS - start))" >"$dir/seconds"
     [ "${KEEP_CHECKPOINT:-0}" = 1 ] || rm -f "$dir/checkpoint.h5"
     touch "$dir/done"
+}
+
+# --deadline (DEADLINE_EPOCH, seconds since the epoch; empty: none): sets
+# TIME_LIMIT_ARGS to the `dbranch train --time-limit` that ends a run, with
+# its checkpoint, before the deadline; fails (the run is not started) when
+# less than DEADLINE_MIN_SECONDS would be left. DEADLINE_STARTUP_SECONDS
+# covers what runs before the training loop's clock starts (reading the
+# corpus and the checkpoint).
+DEADLINE_MIN_SECONDS=120
+DEADLINE_STARTUP_SECONDS=60
+exp_deadline_limit() { # run name (for the message)
+    TIME_LIMIT_ARGS=()
+    [ -n "${DEADLINE_EPOCH:-}" ] || return 0
+    local left=$((DEADLINE_EPOCH - $(date +%s) - DEADLINE_STARTUP_SECONDS))
+    if [ "$left" -lt "$DEADLINE_MIN_SECONDS" ]; then
+        echo "   $1: not started, the deadline is near ($left s left)" >&2
+        return 1
+    fi
+    TIME_LIMIT_ARGS=(--time-limit "${left}s")
+}
+
+# True when STATUS is dbranch train's "stopped at its time limit" (75): the
+# run folder keeps its checkpoint and no `done`, so the next invocation
+# resumes it.
+exp_stopped_at_deadline() { # status run-name dir
+    [ "$1" = 75 ] || return 1
+    echo "   $2: stopped before the deadline at step $(exp_checkpoint_step "$3"), resumable" >&2
+    date -u +%FT%TZ >>"$3/stopped"
+}
+
+# The step of a run folder's checkpoint, from the last "stopped ... at step N/M" line of its train.txt.
+exp_checkpoint_step() { # dir
+    sed -n 's/.*stopped.* at step \([0-9]*\/[0-9]*\);.*/\1/p' "$1/train.txt" | tail -n 1
 }
 
 # A finished run directory under OUT whose command equals COMMAND but for
