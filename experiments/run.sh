@@ -155,6 +155,11 @@ cd "$ROOT"
 # shellcheck source=lib/probe.sh
 . "$ROOT/experiments/lib/probe.sh"
 exp_find_binary
+# A study binary kept from before --time-limit existed would fail every run.
+if [ -n "$DEADLINE_EPOCH" ] && ! "$DBRANCH" train --help 2>/dev/null | grep -q -- --time-limit; then
+    echo "run.sh: --deadline needs a dbranch whose train has --time-limit; $DBRANCH has none (an older build?)" >&2
+    exit 2
+fi
 
 # The scale folder of this invocation: the token budget every row starts from
 # (a row's TOKEN_FACTOR multiplies its own budget, not the folder's name).

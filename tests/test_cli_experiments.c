@@ -383,6 +383,23 @@ Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .
         free(err);
     }
 
+    /* A binary from before --time-limit (its train --help does not name it) is refused up front. */
+    snprintf(wrapper, sizeof wrapper, "%s/old_dbranch.sh", work_dir);
+    FILE *old = fopen(wrapper, "w");
+    cr_assert_not_null(old);
+    fprintf(old, "#!/bin/sh\necho 'usage: dbranch train --config FILE [--resume CKPT]'\n");
+    fclose(old);
+    cr_assert_eq(chmod(wrapper, 0755), 0);
+    snprintf(command, sizeof command,
+             "DBRANCH_BINARY='%s' '%s/experiments/run.sh' %s --seeds 1 --deadline 'now + 1 hour' --out '%s/out' "
+             ">'%s/bad.txt' 2>&1",
+             wrapper, source, study, work_dir, work_dir);
+    const int old_status = system(command);
+    cr_assert(WIFEXITED(old_status) && WEXITSTATUS(old_status) == 2, "an old binary gave status %d", old_status);
+    char *old_err = test_slurp(path);
+    test_assert_one_line_error(old_err, "run.sh: --deadline ", "--time-limit");
+    free(old_err);
+
     snprintf(wrapper, sizeof wrapper, "%s/shrink_time_limit.sh", work_dir);
     FILE *f = fopen(wrapper, "w");
     cr_assert_not_null(f);
