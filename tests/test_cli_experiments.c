@@ -427,6 +427,13 @@ Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .
     cr_assert(file_exists(path), "the stopped run has no checkpoint");
     snprintf(path, sizeof path, "%s/done", run_dir);
     cr_assert(access(path, F_OK) != 0, "the stopped run is marked done");
+    /* experiments/status.sh lists it as stopped and resumable. */
+    snprintf(command, sizeof command,
+             "'%s/experiments/status.sh' '%s/out' >'%s/status.txt' 2>&1 && "
+             "grep -q '^stopped .*standard-4L/seed1  stopped at step 1/12 with its checkpoint' '%s/status.txt' && "
+             "grep -q '^0 done, 0 training, 1 stopped' '%s/status.txt'",
+             source, work_dir, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "status.sh did not list the stopped run (see %s/status.txt)", work_dir);
 
     /* The next invocation (no deadline) resumes and finishes it. */
     snprintf(command, sizeof command,
@@ -437,6 +444,12 @@ Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .
              work_dir);
     cr_assert_eq(system(command), 0, "the rerun did not resume the stopped run (see %s/second.txt)", work_dir);
     cr_assert(access(path, F_OK) == 0, "the resumed run is not done");
+    snprintf(command, sizeof command,
+             "'%s/experiments/status.sh' --all '%s/out' >'%s/status.txt' 2>&1 && "
+             "grep -q '^done .*standard-4L/seed1  val loss [0-9.]* after 12 steps' '%s/status.txt' && "
+             "grep -q '^1 done, 0 training, 0 stopped' '%s/status.txt'",
+             source, work_dir, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "status.sh --all did not list the finished run (see %s/status.txt)", work_dir);
 
     /* Two minutes before the deadline nothing starts. */
     snprintf(command, sizeof command,
@@ -506,9 +519,17 @@ Test(cli_experiments, a_run_training_elsewhere_is_left_alone, .init = setup, .fi
     snprintf(marker, sizeof marker, "%s/log.jsonl", run_dir);
     snprintf(command, sizeof command,
              "mkdir -p '%s' && echo 'a run in progress' >'%s' && : >'%s/train.lock' && "
+             "echo 'dbranch train' >'%s/command.txt' && "
+             "echo 'step 3/12  loss 5.1  lr 0.001  grad_norm 1.0  2500 tok/s  elapsed 1.0s  ETA 3s' >'%s/train.txt' && "
              "(setsid flock -x '%s/train.lock' sleep 60 & echo $! >'%s/holder.pid') && sleep 1",
-             run_dir, marker, run_dir, run_dir, work_dir);
+             run_dir, marker, run_dir, run_dir, run_dir, run_dir, work_dir);
     cr_assert_eq(system(command), 0, "could not set up the held lock");
+    /* experiments/status.sh sees the held lock: the run is training, at its last progress line. */
+    snprintf(command, sizeof command,
+             "'%s/experiments/status.sh' '%s/out' >'%s/status.txt' 2>&1 && "
+             "grep -q '^training .*standard-4L/seed1  step 3/12, 2500 tok/s, ETA 3s' '%s/status.txt'",
+             source, work_dir, work_dir, work_dir);
+    const int listed = system(command);
     snprintf(command, sizeof command,
              "'%s/experiments/run.sh' recurrent --quick --threads 1 --seeds 1 --rows standard-4L --out '%s/out' "
              "--data-dir '%s/data' >'%s/study.txt' 2>&1",
@@ -516,6 +537,7 @@ Test(cli_experiments, a_run_training_elsewhere_is_left_alone, .init = setup, .fi
     const int status = system(command);
     snprintf(command, sizeof command, "kill -- -$(cat '%s/holder.pid') 2>/dev/null; true", work_dir); /* its group */
     (void)system(command);
+    cr_assert_eq(listed, 0, "status.sh did not list the run as training (see %s/status.txt)", work_dir);
     cr_assert_eq(status, 0, "the study failed (see %s/study.txt)", work_dir);
     snprintf(command, sizeof command,
              "grep -q 'standard-4L/seed1: training in another invocation; skipped' '%s/study.txt'", work_dir);
