@@ -41,6 +41,27 @@ progress_of() { # progress line
     sed -E 's/^step ([0-9]+\/[0-9]+).* ([0-9.]+) tok\/s.*ETA ([^ ]+).*/step \1, \2 tok\/s, ETA \3/; t; s/^step ([0-9]+\/[0-9]+).*/step \1/' <<<"$1"
 }
 
+# A training run's position from its log.jsonl's last step record (written
+# every step; train.txt's progress lines are periodic): "step N/M, T tok/s,
+# ETA x" with M from the progress line and the ETA at the last step's speed.
+# Falls back to the progress line when the log has no step yet.
+training_position() { # run-folder progress-line
+    local total record
+    total=$(sed -E 's/^step [0-9]+\/([0-9]+).*/\1/' <<<"$2")
+    record=""
+    if [ -f "$1/log.jsonl" ]; then record=$(grep -a '"type":"step"' "$1/log.jsonl" | tail -n 1 || true); fi
+    if [ -z "$record" ] || [ -z "$total" ]; then
+        progress_of "$2"
+        return
+    fi
+    awk -v record="$record" -v total="$total" 'BEGIN {
+        step = record; sub(/.*"step":/, "", step); sub(/,.*/, "", step)
+        tokens = record; sub(/.*"tokens":/, "", tokens); sub(/,.*/, "", tokens)
+        speed = record; sub(/.*"tokens_per_s":/, "", speed); sub(/,.*/, "", speed)
+        left = speed > 0 && step > 0 ? (total - step) * (tokens / step) / speed : 0
+        printf "step %d/%d, %.0f tok/s, ETA %dh%02dm\n", step, total, speed, left / 3600, (left % 3600) / 60 }'
+}
+
 n_done=0 n_training=0 n_stopped=0 n_cut=0
 while IFS= read -r command_file; do
     run=$(dirname "$command_file")
@@ -57,7 +78,7 @@ while IFS= read -r command_file; do
     elif [ -f "$run/train.lock" ] && ! flock -n "$run/train.lock" true 2>/dev/null; then
         n_training=$((n_training + 1))
         progress=$(last_line "$log" '^step [0-9]+/[0-9]+')
-        printf '%-9s %s  %s\n' training "$name" "${progress:+$(progress_of "$progress")}"
+        printf '%-9s %s  %s\n' training "$name" "${progress:+$(training_position "$run" "$progress")}"
     elif [ -f "$run/checkpoint.h5" ]; then
         n_stopped=$((n_stopped + 1))
         stop=$(last_line "$log" '^(stopped|finished|== resumed|step [0-9]+/)')
