@@ -3,6 +3,9 @@
 
 #include <string.h>
 
+#include "kernels/bf16_round_ops.h"
+#include "kernels/isa.h"
+
 uint16_t k_bf16_from_float(float x) {
     uint32_t bits;
     memcpy(&bits, &x, sizeof bits);
@@ -12,10 +15,7 @@ uint16_t k_bf16_from_float(float x) {
 }
 
 void k_bf16_round_range(uint16_t *restrict dst, const float *restrict src, int64_t n) {
-    const uint32_t *s = (const uint32_t *)(const void *)src;
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = (uint16_t)(k_bf16_rounded_bits(s[i]) >> 16);
+    K_ISA_PICK(k_bf16_round_ops)->round_range(dst, src, n); /* bf16_round_isa.c */
 }
 
 float k_bf16_to_float(uint16_t x) {
