@@ -10,6 +10,7 @@
  * provenance.json. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,18 @@ static const char *source_dir(void) {
     const char *source = getenv("DBRANCH_SOURCE_DIR");
     cr_assert(source != NULL, "DBRANCH_SOURCE_DIR is not set (run through ctest)");
     return source;
+}
+
+/* Writes an executable script at path: printf's format and arguments give its text. */
+__attribute__((format(printf, 2, 3))) static void write_script(const char *path, const char *format, ...) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    va_list args;
+    va_start(args, format);
+    vfprintf(f, format, args);
+    va_end(args);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
 }
 
 static int file_exists(const char *path) {
@@ -385,11 +398,7 @@ Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .
 
     /* A binary from before --time-limit (its train --help does not name it) is refused up front. */
     snprintf(wrapper, sizeof wrapper, "%s/old_dbranch.sh", work_dir);
-    FILE *old = fopen(wrapper, "w");
-    cr_assert_not_null(old);
-    fprintf(old, "#!/bin/sh\necho 'usage: dbranch train --config FILE [--resume CKPT]'\n");
-    fclose(old);
-    cr_assert_eq(chmod(wrapper, 0755), 0);
+    write_script(wrapper, "#!/bin/sh\necho 'usage: dbranch train --config FILE [--resume CKPT]'\n");
     snprintf(command, sizeof command,
              "DBRANCH_BINARY='%s' '%s/experiments/run.sh' %s --seeds 1 --deadline 'now + 1 hour' --out '%s/out' "
              ">'%s/bad.txt' 2>&1",
@@ -401,19 +410,16 @@ Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .
     free(old_err);
 
     snprintf(wrapper, sizeof wrapper, "%s/shrink_time_limit.sh", work_dir);
-    FILE *f = fopen(wrapper, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "#!/bin/bash\n"
-            "# the real binary, with any --time-limit value replaced by 1 ns\n"
-            "args=()\n"
-            "while [ $# -gt 0 ]; do\n"
-            "  if [ \"$1\" = --time-limit ]; then args+=(--time-limit 1e-9s); shift 2; else args+=(\"$1\"); shift; fi\n"
-            "done\n"
-            "exec '%s' \"${args[@]}\"\n",
-            binary);
-    fclose(f);
-    cr_assert_eq(chmod(wrapper, 0755), 0);
+    write_script(
+        wrapper,
+        "#!/bin/bash\n"
+        "# the real binary, with any --time-limit value replaced by 1 ns\n"
+        "args=()\n"
+        "while [ $# -gt 0 ]; do\n"
+        "  if [ \"$1\" = --time-limit ]; then args+=(--time-limit 1e-9s); shift 2; else args+=(\"$1\"); shift; fi\n"
+        "done\n"
+        "exec '%s' \"${args[@]}\"\n",
+        binary);
     snprintf(command, sizeof command,
              "cd '%s' && DBRANCH_BINARY='%s' experiments/run.sh %s --seeds 1 --deadline 'now + 1 hour' --out '%s/out' "
              "--data-dir '%s/data' >'%s/first.txt' 2>&1",
@@ -480,20 +486,16 @@ Test(cli_experiments, editing_run_sh_during_a_study_leaves_it_running, .init = s
              work_dir);
     cr_assert_eq(system(command), 0, "could not copy experiments/");
     snprintf(wrapper, sizeof wrapper, "%s/edit_then_run.sh", work_dir);
-    FILE *f = fopen(wrapper, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "#!/bin/sh\n"
-            "# before each training run: 40 lines into the running script's second line, in place\n"
-            "if [ \"$1\" = train ]; then\n"
-            "  script='%s/tree/experiments/run.sh'\n"
-            "  { head -n 1 \"$script\"; for i in $(seq 40); do echo '# an edit made while the study runs'; done;\n"
-            "    tail -n +2 \"$script\"; } >\"$script.edited\" && cat \"$script.edited\" >\"$script\"\n"
-            "fi\n"
-            "exec '%s' \"$@\"\n",
-            work_dir, binary);
-    fclose(f);
-    cr_assert_eq(chmod(wrapper, 0755), 0);
+    write_script(wrapper,
+                 "#!/bin/sh\n"
+                 "# before each training run: 40 lines into the running script's second line, in place\n"
+                 "if [ \"$1\" = train ]; then\n"
+                 "  script='%s/tree/experiments/run.sh'\n"
+                 "  { head -n 1 \"$script\"; for i in $(seq 40); do echo '# an edit made while the study runs'; done;\n"
+                 "    tail -n +2 \"$script\"; } >\"$script.edited\" && cat \"$script.edited\" >\"$script\"\n"
+                 "fi\n"
+                 "exec '%s' \"$@\"\n",
+                 work_dir, binary);
     snprintf(command, sizeof command,
              "cd '%s' && DBRANCH_BINARY='%s' bash '%s/tree/experiments/run.sh' recurrent --quick --threads 1 --seeds 1 "
              "--rows standard-4L --out '%s/out' --data-dir '%s/data' >'%s/study.txt' 2>&1",
@@ -568,12 +570,8 @@ Test(cli_experiments, rows_stay_listed_while_a_study_trains, .init = setup, .fin
     snprintf(command, sizeof command, "printf 'gone\\t-\\tx.ini\\tkjv1m\\t\\n' >>'%s'", rows);
     cr_assert_eq(system(command), 0);
     snprintf(wrapper, sizeof wrapper, "%s/copy_rows_then_run.sh", work_dir);
-    FILE *f = fopen(wrapper, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "#!/bin/sh\n[ \"$1\" != train ] || cp '%s' '%s/rows_while_training.tsv'\nexec '%s' \"$@\"\n", rows,
-            work_dir, binary);
-    fclose(f);
-    cr_assert_eq(chmod(wrapper, 0755), 0);
+    write_script(wrapper, "#!/bin/sh\n[ \"$1\" != train ] || cp '%s' '%s/rows_while_training.tsv'\nexec '%s' \"$@\"\n",
+                 rows, work_dir, binary);
     char second[1024];
     snprintf(second, sizeof second, study, source, 2, work_dir, work_dir, work_dir);
     snprintf(command, sizeof command, "DBRANCH_BINARY='%s' %s", wrapper, second);
