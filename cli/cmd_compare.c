@@ -14,6 +14,7 @@
 static void print_help(void) {
     printf("usage: dbranch compare [--reference ARM|RUN_DIR] [--arm-key KEY[,KEY...]] [--halfwidth PCT] [--json]\n"
            "                       RUN_DIR...\n"
+           "       dbranch compare --differences FILE|- [--halfwidth H] [--json]\n"
            "\n"
            "Reads each run directory's provenance.json and log (written by dbranch train), takes the\n"
            "validation loss of its final eval, groups the runs into arms and pairs each arm with the\n"
@@ -30,7 +31,12 @@ static void print_help(void) {
            "                  keep_last and eval_every (they change no weight)\n"
            "  --halfwidth P   also the pairs that would make each arm's 95%% interval +-P%% of the\n"
            "                  reference mean wide at its measured sd (a plan: a few pairs' sd is rough)\n"
-           "  --json          one JSON object on stdout instead of the table\n");
+           "  --json          one JSON object on stdout instead of the table\n"
+           "\n"
+           "--differences reads paired differences computed elsewhere, one number per line (blank lines\n"
+           "and lines starting with # skipped; - is stdin), and prints the same analysis of them: n,\n"
+           "mean, sd, 95%% interval, t, p; --halfwidth H is then in the numbers' own unit. For\n"
+           "differences of differences, such as one arm's per-seed gap in two series (an interaction).\n");
 }
 
 /* The keys of a default configuration of model family `family` (a record's
@@ -258,12 +264,87 @@ static void print_table(const analysis_comparison *c, double halfwidth_pct) {
     }
 }
 
+/* --differences: the paired t analysis of numbers read from path ("-":
+ * stdin), one per line. Returns the exit status. */
+static int compare_differences(const char *path, int json, double halfwidth) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+    if (!f) {
+        fprintf(stderr, "dbranch compare: cannot read %s\n", path);
+        return 1;
+    }
+    double *values = NULL;
+    int n = 0, capacity = 0, line_number = 0, code = 0;
+    char line[256];
+    while (code == 0 && fgets(line, sizeof line, f)) {
+        line_number++;
+        char *text = line;
+        while (*text == ' ' || *text == '\t')
+            text++;
+        if (*text == '\n' || *text == '\0' || *text == '#') continue;
+        char *end = NULL;
+        const double value = strtod(text, &end);
+        while (end && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+            end++;
+        if (end == text || *end || !isfinite(value)) {
+            text[strcspn(text, "\r\n")] = '\0';
+            fprintf(stderr, "dbranch compare: %s line %d: '%s' is not a number\n", path, line_number, text);
+            code = 1;
+        } else if (n == capacity) {
+            capacity = capacity ? 2 * capacity : 64;
+            double *grown = realloc(values, (size_t)capacity * sizeof *values);
+            if (!grown) {
+                fprintf(stderr, "dbranch compare: out of memory\n");
+                code = 1;
+            } else {
+                values = grown;
+            }
+        }
+        if (code == 0) values[n++] = value;
+    }
+    if (f != stdin) fclose(f);
+    if (code == 0 && n < 2) {
+        fprintf(stderr, "dbranch compare: %s holds %d number%s; the analysis needs at least 2\n", path, n,
+                n == 1 ? "" : "s");
+        code = 1;
+    }
+    if (code == 0) {
+        const analysis_paired d = analysis_paired_t(values, n, 0.95);
+        const int planned = halfwidth > 0 ? analysis_pairs_for_halfwidth(d.sd, halfwidth, 0.95, MAX_PLANNED_PAIRS) : 0;
+        if (json) {
+            printf("{\"metric\":\"differences\",\"confidence\":0.95,\"n\":%d", n);
+            json_number("mean", d.mean, 1);
+            json_number("sd", d.sd, 1);
+            json_number("ci95_low", d.low, 1);
+            json_number("ci95_high", d.high, 1);
+            json_number("t", d.t, 1);
+            json_number("p", d.p, 1);
+            if (halfwidth > 0) {
+                json_number("halfwidth", halfwidth, 1);
+                printf(",\"pairs_for_halfwidth\":");
+                if (planned > 0 && planned <= MAX_PLANNED_PAIRS)
+                    printf("%d", planned);
+                else
+                    printf("null");
+            }
+            printf("}\n");
+        } else {
+            printf("%d differences from %s: mean %+.6g, sd %.6g, 95%% interval [%+.6g, %+.6g], t %.3g, p %.3g\n", n,
+                   path, d.mean, d.sd, d.low, d.high, d.t, d.p);
+            if (halfwidth > 0 && planned > 0)
+                printf("pairs for +-%g at this sd: %s%d\n", halfwidth, planned > MAX_PLANNED_PAIRS ? ">" : "",
+                       planned > MAX_PLANNED_PAIRS ? MAX_PLANNED_PAIRS : planned);
+        }
+    }
+    free(values);
+    return code;
+}
+
 int cmd_compare(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) {
         print_help();
         return 0;
     }
-    const char *reference = NULL, *arm_keys_text = NULL, *halfwidth_text = NULL;
+    const char *reference = NULL, *arm_keys_text = NULL, *halfwidth_text = NULL, *differences = NULL;
     int json = 0, n_dirs = 0;
     const char **dirs = calloc((size_t)argc + 1, sizeof *dirs);
     if (!dirs) {
@@ -272,10 +353,11 @@ int cmd_compare(int argc, char **argv) {
     }
     cli_seen seen = {0};
     for (int i = 0; i < argc; i++) {
-        const char **slot = !strcmp(argv[i], "--reference")   ? &reference
-                            : !strcmp(argv[i], "--arm-key")   ? &arm_keys_text
-                            : !strcmp(argv[i], "--halfwidth") ? &halfwidth_text
-                                                              : NULL;
+        const char **slot = !strcmp(argv[i], "--reference")     ? &reference
+                            : !strcmp(argv[i], "--arm-key")     ? &arm_keys_text
+                            : !strcmp(argv[i], "--halfwidth")   ? &halfwidth_text
+                            : !strcmp(argv[i], "--differences") ? &differences
+                                                                : NULL;
         if (slot) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "dbranch compare: %s needs a value\n", argv[i]);
@@ -297,7 +379,13 @@ int cmd_compare(int argc, char **argv) {
             dirs[n_dirs++] = argv[i];
         }
     }
-    if (n_dirs == 0) {
+    if (differences && (n_dirs > 0 || reference || arm_keys_text)) {
+        fprintf(stderr, "dbranch compare: --differences reads numbers, not runs: no run directories, --reference "
+                        "or --arm-key with it\n");
+        free(dirs);
+        return 1;
+    }
+    if (n_dirs == 0 && !differences) {
         fprintf(stderr, "dbranch compare: no run directories given (try dbranch compare --help)\n");
         free(dirs);
         return 1;
@@ -312,6 +400,10 @@ int cmd_compare(int argc, char **argv) {
             free(dirs);
             return 1;
         }
+    }
+    if (differences) {
+        free(dirs);
+        return compare_differences(differences, json, halfwidth_pct);
     }
     /* --arm-key a,b,c: split in a copy. */
     char *keys_copy = arm_keys_text ? strdup(arm_keys_text) : NULL;

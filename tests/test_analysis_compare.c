@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -228,6 +229,62 @@ Test(analysis_compare, cli_table_json_and_errors) {
     snprintf(args, sizeof args, "compare '%s'", run_path("absent"));
     cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1);
     test_assert_one_line_error(err, "dbranch compare: ", "provenance.json");
+    free(err);
+}
+
+/* Extracts "key":number from a JSON line (NaN when absent). */
+static double json_value(const char *json, const char *key) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    const char *at = strstr(json, pattern);
+    return at ? strtod(at + strlen(pattern), NULL) : NAN;
+}
+
+/* --differences: numbers in, the paired analysis out. For 0.5, 1.5, 1.0, 2.0:
+ * mean 1.25, sd sqrt(1.25 / 3) = 0.645497, t = 1.25 / (sd / 2) = 3.872983;
+ * with t(0.975; 3) = 3.182446 (printed tables) the interval is 1.25 +-
+ * 1.027140, and p lies between 0.05 (t = 3.182) and 0.02 (t = 4.541). */
+Test(analysis_compare, differences_from_a_file) {
+    char path[256], args[512];
+    snprintf(path, sizeof path, "%s/gaps.txt", work_dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "# per-seed gap differences\n0.5\n1.5\n\n  1.0\n2.0\n");
+    fclose(f);
+    snprintf(args, sizeof args, "compare --differences '%s' --json --halfwidth 0.5", path);
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(test_run_dbranch(NULL, args, &out, &err), 0, "%s", err);
+    cr_assert_eq(json_value(out, "n"), 4, "%s", out);
+    cr_assert_float_eq(json_value(out, "mean"), 1.25, 1e-12, "%s", out);
+    cr_assert_float_eq(json_value(out, "sd"), sqrt(1.25 / 3), 1e-8, "%s", out);
+    cr_assert_float_eq(json_value(out, "t"), 3.872983, 1e-6, "%s", out);
+    cr_assert_float_eq(json_value(out, "ci95_low"), 1.25 - 1.027140, 1e-5, "%s", out);
+    cr_assert_float_eq(json_value(out, "ci95_high"), 1.25 + 1.027140, 1e-5, "%s", out);
+    const double p = json_value(out, "p");
+    cr_assert(p > 0.02 && p < 0.05, "p %g", p);
+    /* +-0.5 at sd 0.6455: n with t(0.975; n - 1) 0.6455 / sqrt(n) <= 0.5, 9 (2.306 * 0.2152 = 0.496) */
+    cr_assert_eq(json_value(out, "pairs_for_halfwidth"), 9, "%s", out);
+    free(out);
+    free(err);
+
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "0.5\n1.5 seeds\n");
+    fclose(f);
+    snprintf(args, sizeof args, "compare --differences '%s'", path);
+    cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch compare: ", "line 2: '1.5 seeds' is not a number");
+    free(err);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "0.5\n");
+    fclose(f);
+    cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch compare: ", "at least 2");
+    free(err);
+    snprintf(args, sizeof args, "compare --differences '%s' '%s'", path, work_dir);
+    cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch compare: ", "--differences");
     free(err);
 }
 
