@@ -84,6 +84,7 @@ while IFS= read -r command_file; do
         stop=$(last_line "$log" '^(stopped|finished|== resumed|step [0-9]+/)')
         case "$stop" in
         stopped*) detail="stopped at step $(sed -E 's/.* at step ([0-9]+\/[0-9]+).*/\1/' <<<"$stop") with its checkpoint" ;;
+        "== resumed"*) detail="cut off after a resume, before its first progress line" ;;
         *) detail="cut off after $(progress_of "${stop:-step ?/?}" | sed 's/,.*//'); its checkpoint is the last periodic one" ;;
         esac
         printf '%-9s %s  %s; the next invocation resumes it\n' stopped "$name" "$detail"
