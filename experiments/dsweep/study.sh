@@ -116,6 +116,79 @@ dsweep_gap_report() {
         "$ROOT/experiments/plot/gap_vs_d.gp"
 }
 
+# bridge.md / bridge.tsv of a bf16 series (OUT/<dir>-bf16...), against the
+# fp32 series of the same config (the folder without "-bf16"): per D, arm and
+# seed finished in both, the arm's gap to its baseline (% of the baseline)
+# in each precision and their difference, bf16 gap - fp32 gap in percentage
+# points. That difference is an interaction: zero in expectation if bf16
+# moves an arm and its baseline alike, so when its interval holds zero (and
+# is narrow next to the gap) the bf16 points at larger D extend the fp32
+# curve; if not, the bf16 series is its own curve. Also per seed: the
+# baseline's own change, bf16 vs fp32 (% of fp32). The analysis of each
+# column is `dbranch compare --differences` (n, mean, sd, 95% interval, p).
+# bridge.tsv: D arm seed fp32_base fp32_arm fp32_gap bf16_base bf16_arm bf16_gap diff
+# (arm "base": each arm column is its series' baseline, the gaps 0, and diff
+# the baseline's change, 100 (bf16 - fp32) / fp32).
+dsweep_bridge_report() {
+    local fp32_dir=${DSWEEP_DIR/-bf16/}
+    [ "$fp32_dir" != "$DSWEEP_DIR" ] && [ -d "$OUT/$fp32_dir" ] || return 0
+    local tsv="$OUT/$DSWEEP_DIR/bridge.tsv" md="$OUT/$DSWEEP_DIR/bridge.md" dir d
+    : >"$tsv"
+    for dir in "$OUT/$DSWEEP_DIR"/D*/; do
+        dir=${dir%/}
+        d=${dir##*/D}
+        [ -f "$dir/final.tsv" ] && [ -f "$OUT/$fp32_dir/D$d/final.tsv" ] || continue
+        # final.tsv: row seed tokens loss ...; the fp32 file first
+        awk -F'\t' -v d="$d" -v arms="$DSWEEP_ARMS" '
+            FNR == NR { fp32[$1 SUBSEP $2] = $4; next }
+            { bf16[$1 SUBSEP $2] = $4; seeds[$2] = 1 }
+            END {
+                n_arms = split(arms, arm_list, " ")
+                for (a = 1; a <= n_arms; a++) {
+                    arm = arm_list[a]
+                    for (seed = 1; seed <= 999; seed++) {
+                        if (!(seed in seeds)) continue
+                        fb = "base" SUBSEP seed; fa = arm SUBSEP seed
+                        if (!(fb in fp32) || !(fb in bf16) || !(fa in fp32) || !(fa in bf16)) continue
+                        if (arm == "base") {
+                            printf "%s\tbase\t%d\t%.6f\t%.6f\t0\t%.6f\t%.6f\t0\t%.4f\n", d, seed,
+                                fp32[fb], fp32[fb], bf16[fb], bf16[fb], 100 * (bf16[fb] - fp32[fb]) / fp32[fb]
+                            continue
+                        }
+                        gap32 = 100 * (fp32[fa] - fp32[fb]) / fp32[fb]
+                        gap16 = 100 * (bf16[fa] - bf16[fb]) / bf16[fb]
+                        printf "%s\t%s\t%d\t%.6f\t%.6f\t%.4f\t%.6f\t%.6f\t%.4f\t%.4f\n", d, arm, seed,
+                            fp32[fb], fp32[fa], gap32, bf16[fb], bf16[fa], gap16, gap16 - gap32
+                    }
+                }
+            }' "$OUT/$fp32_dir/D$d/final.tsv" "$dir/final.tsv" >>"$tsv"
+    done
+    {
+        printf '# The bf16 bridge: %s against %s\n\n' "$DSWEEP_DIR" "$fp32_dir"
+        printf 'Per D, arm and seed finished in both series: the arm'"'"'s gap to its baseline (%% of the baseline) in fp32 and in bf16, and **bf16 gap - fp32 gap** in percentage points, an interaction that is zero in expectation if bf16 moves an arm and its baseline alike. If its interval holds zero and is narrow beside the gap, the bf16 points extend the fp32 curve; if not, the bf16 series is its own curve. The `base` rows give the baseline'"'"'s own change, bf16 vs fp32 (%% of fp32). Analysis per arm: `dbranch compare --differences` of the last column. Numbers: bridge.tsv.\n'
+        for d in $(cut -f1 "$tsv" | sort -n -u); do
+            printf '\n## D = %s\n\n' "$d"
+            printf '| arm | seed | fp32 base | fp32 arm | fp32 gap | bf16 base | bf16 arm | bf16 gap | bf16 - fp32 |\n'
+            printf '|---|---|---|---|---|---|---|---|---|\n'
+            awk -F'\t' -v d="$d" '$1 == d && $2 != "base" { printf "| %s | %s | %.4f | %.4f | %+.2f%% | %.4f | %.4f | %+.2f%% | %+.2f |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10 }
+                $1 == d && $2 == "base" { printf "| base: bf16 vs fp32 | %s | %.4f | | | %.4f | | | %+.2f%% |\n", $3, $4, $7, $10 }' "$tsv"
+            printf '\n'
+            local arm
+            for arm in $DSWEEP_ARMS; do
+                awk -F'\t' -v d="$d" -v arm="$arm" '$1 == d && $2 == arm { print $10 }' "$tsv" >"$tsv.column"
+                [ -s "$tsv.column" ] || continue
+                if [ "$(wc -l <"$tsv.column")" -lt 2 ]; then
+                    printf -- '- %s: 1 seed, no interval yet\n' "$arm"
+                    continue
+                fi
+                printf -- '- %s%s: %s\n' "$arm" "$([ "$arm" = base ] && echo ", the baseline's change bf16 vs fp32 (%)" || echo ", bf16 gap - fp32 gap (points)")" \
+                    "$("$DBRANCH" compare --differences "$tsv.column" 2>&1 | sed 's/ from [^:]*:/:/')"
+            done
+        done
+    } >"$md"
+    rm -f "$tsv.column"
+}
+
 study_dsweep() {
     if [ -n "$TOKENS_OVERRIDE" ]; then
         echo "run.sh dsweep: the budget is D x the non-embedding parameters (--d, DSWEEP_PARAMS), not --tokens" >&2
@@ -196,4 +269,5 @@ study_dsweep() {
         dsweep_compare "${dir##*/D}"
     done
     dsweep_gap_report
+    dsweep_bridge_report
 }
