@@ -20,7 +20,7 @@
 /* Keys left out of the default arm identity, comma-separated. */
 #define ANALYSIS_RUN_ONLY_KEYS                                                                                         \
     "train.seed,train.out_dir,train.log_file,train.threads,train.print_every,train.checkpoint_every,train.keep_last,"  \
-    "train.eval_every"
+    "train.eval_every,train.save_trunk"
 
 typedef struct analysis_arm {
     char *label;

@@ -28,7 +28,7 @@ static void print_help(void) {
            "                  (default: the arm of the first run given)\n"
            "  --arm-key K,..  arms by these config keys (section.key) only; default: every key but\n"
            "                  train.seed, out_dir, log_file, threads, print_every, checkpoint_every,\n"
-           "                  keep_last and eval_every (they change no weight)\n"
+           "                  keep_last, eval_every and save_trunk (they change no weight)\n"
            "  --halfwidth P   also the pairs that would make each arm's 95%% interval +-P%% of the\n"
            "                  reference mean wide at its measured sd (a plan: a few pairs' sd is rough)\n"
            "  --json          one JSON object on stdout instead of the table\n"

@@ -10,6 +10,7 @@
 #include "train/run_config.h"
 #include "train/time_limit.h"
 #include "train/trainer.h"
+#include "train/trunk.h"
 
 /* sysexits.h's EX_TEMPFAIL, "try again later": stopped by --time-limit, resumable. */
 enum { EXIT_TIME_LIMIT = 75 };
@@ -40,8 +41,10 @@ static void usage(FILE *out) {
                  "                     every run and any process count) or fast (MPI_Allreduce)\n"
                  "\n"
                  "Options other than --set may be given once. With --resume, --tokens must be at least the tokens\n"
-                 "already trained. train.init_from = CKPT starts a new run from a checkpoint's weights (fresh\n"
-                 "optimizer and data; the model config must match).\n"
+                 "already trained; resuming a trunk (train.save_trunk = 1: OUT/trunk.h5, the state where the wsd\n"
+                 "decay begins) with a larger --tokens trains the run that budget gives from scratch, bit for bit.\n"
+                 "train.init_from = CKPT starts a new run from a checkpoint's weights (fresh optimizer and data;\n"
+                 "the model config must match).\n"
                  "\n"
                  "Data parallel over processes: `mpirun -n N --bind-to none -x OMP_NUM_THREADS dbranch train ...`\n"
                  "(add --hostfile FILE for several machines): each process trains on train.batch_size / N rows of\n"
@@ -78,12 +81,16 @@ static void install_stop_handlers(void) {
 /* A resumed run must continue the checkpoint's: a budget below what it has
  * trained is an error, and training on another dataset is said out loud (a
  * moved file is fine; a different corpus breaks the run's data order). */
-static dt_status check_resume(const train_config *cfg, const char *resume_path, const train_config *stored) {
+static dt_status check_resume(const train_config *cfg, const char *resume_path, const train_config *stored,
+                              int64_t *schedule_differs_at) {
     train_state state;
     if (train_checkpoint_read_state(resume_path, &state, NULL) != DT_OK) return DT_ERR;
     if (cfg->tokens < state.tokens_seen)
         return dt_errorf("train.tokens = %lld is below the %lld tokens %s has already trained (give a larger budget)",
                          (long long)cfg->tokens, (long long)state.tokens_seen, resume_path);
+    /* A trunk (train/trunk.h) continued to a larger budget is the longer run;
+     * a checkpoint already into its decay is not (said once the run is set up). */
+    *schedule_differs_at = train_schedule_first_difference(stored, cfg, state.step);
     if (strcmp(cfg->data_path, stored->data_path))
         fprintf(stderr, "dbranch train: note: data.path is %s; %s was trained on %s\n", cfg->data_path, resume_path,
                 stored->data_path);
@@ -182,7 +189,8 @@ int cmd_train(int argc, char **argv) {
     for (int i = 0; status == DT_OK && i < n_overrides; i++)
         status = train_config_set(&cfg, overrides[i]);
     if (status == DT_OK) status = train_config_validate(&cfg);
-    if (status == DT_OK && resume_path) status = check_resume(&cfg, resume_path, &stored);
+    int64_t schedule_differs_at = -1;
+    if (status == DT_OK && resume_path) status = check_resume(&cfg, resume_path, &stored, &schedule_differs_at);
     if (status != DT_OK) {
         exit_code = cli_fail("train");
         goto done;
@@ -213,6 +221,11 @@ int cmd_train(int argc, char **argv) {
         exit_code = cli_fail_job("train", comm);
         goto done;
     }
+    if (schedule_differs_at >= 0 && speaks)
+        fprintf(stderr,
+                "dbranch train: note: %s trained step %lld on another learning-rate schedule than this run's "
+                "(train.tokens %lld there, %lld here): the continued run is not the one a fresh start would give\n",
+                resume_path, (long long)schedule_differs_at + 1, (long long)stored.tokens, (long long)cfg.tokens);
     /* Under mpirun stdout is a pseudo-terminal that Open MPI copies to mpirun's own stdout, often a file: periodic
      * lines there, not a live line redrawn with \r. */
     if (comm) t.log.progress_is_tty = 0;

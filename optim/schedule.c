@@ -4,20 +4,33 @@
 #include <math.h>
 #include <string.h>
 
+/* WSD's decay: its first step and its length (< 1 when the warm-up fills the run). */
+static void wsd_decay(const optim_schedule *s, int64_t *decay_start, int64_t *decay_steps) {
+    *decay_steps = (int64_t)ceil(s->decay_fraction * (double)s->total_steps);
+    if (*decay_steps < 1) *decay_steps = 1;
+    *decay_start = s->total_steps - *decay_steps;
+    if (*decay_start < s->warmup_steps) { /* the decay never cuts into the warm-up */
+        *decay_start = s->warmup_steps;
+        *decay_steps = s->total_steps - *decay_start;
+    }
+}
+
+int64_t optim_schedule_decay_start(const optim_schedule *s) {
+    if (s->kind != SCHEDULE_WSD) return -1;
+    int64_t decay_start, decay_steps;
+    wsd_decay(s, &decay_start, &decay_steps);
+    return decay_start;
+}
+
 double optim_schedule_lr(const optim_schedule *s, int64_t step) {
     if (step < s->warmup_steps) return s->lr * (double)(step + 1) / (double)s->warmup_steps;
     switch (s->kind) {
     case SCHEDULE_CONSTANT:
         return s->lr;
     case SCHEDULE_WSD: {
-        int64_t decay_steps = (int64_t)ceil(s->decay_fraction * (double)s->total_steps);
-        if (decay_steps < 1) decay_steps = 1;
-        int64_t decay_start = s->total_steps - decay_steps;
-        if (decay_start < s->warmup_steps) { /* the decay never cuts into the warm-up */
-            decay_start = s->warmup_steps;
-            decay_steps = s->total_steps - decay_start;
-            if (decay_steps < 1) return s->min_lr;
-        }
+        int64_t decay_start, decay_steps;
+        wsd_decay(s, &decay_start, &decay_steps);
+        if (decay_steps < 1) return s->min_lr;
         if (step < decay_start) return s->lr;
         double progress = (double)(step - decay_start + 1) / (double)decay_steps;
         if (progress > 1.0) progress = 1.0;

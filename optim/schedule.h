@@ -37,6 +37,11 @@ typedef struct optim_schedule {
 /* The learning rate of step `step` (0-based). */
 double optim_schedule_lr(const optim_schedule *schedule, int64_t step);
 
+/* wsd: the first step of the decay (the steps before it run at lr once the
+ * warm-up is over), a non-decreasing function of total_steps; -1 for the
+ * other kinds. */
+int64_t optim_schedule_decay_start(const optim_schedule *schedule);
+
 /* "cosine" | "linear" | "wsd" | "constant"; an unknown word is an error naming it. */
 dt_status optim_schedule_parse(const char *word, optim_schedule_kind *kind);
 const char *optim_schedule_name(optim_schedule_kind kind);

@@ -672,3 +672,66 @@ Test(cli_experiments, the_bf16_bridge_pairs_each_seeds_gap_across_precisions, .i
     cr_assert_float_eq(mean, twin_diff_sum / 2, 2e-4, "%s: mean %g, the logs give %g", path, mean, twin_diff_sum / 2);
     free(md);
 }
+
+/* The step and eval records of a log with their timing fields cut, one
+ * string (the records are the run's arithmetic; the timings are not). */
+static char *log_records_without_timing(const char *path) {
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL, "%s is missing", path);
+    size_t capacity = 1 << 16, length = 0;
+    char *text = calloc(capacity, 1), line[4096];
+    cr_assert_not_null(text);
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"type\":\"step\"") && !strstr(line, "\"type\":\"eval\"")) continue;
+        char *cut = strstr(line, ",\"tokens_per_s\"");
+        if (!cut) cut = strstr(line, ",\"elapsed\"");
+        if (cut) strcpy(cut, "\n");
+        const size_t n = strlen(line);
+        if (length + n + 1 > capacity) {
+            capacity *= 2;
+            text = realloc(text, capacity);
+            cr_assert_not_null(text);
+        }
+        memcpy(text + length, line, n + 1);
+        length += n;
+    }
+    fclose(f);
+    return text;
+}
+
+/* Trunks in the data sweep (train/trunk.h): a D = 20 run starts from the
+ * D = 10 run of its arm and seed (its trunk.h5, kept because every dsweep
+ * run saves one) and ends with the same log, record for record, as the
+ * D = 20 run trained from step 0 without trunks (EXP_SAVE_TRUNK=0). */
+Test(cli_experiments, a_dsweep_run_from_a_smaller_ds_trunk_is_the_run_from_scratch, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    const char *source = source_dir();
+    test_dbranch_binary();
+    char command[2048], path[512];
+    static const char *invocations[2][3] = {{"", "10 20", "trunks"}, {"EXP_SAVE_TRUNK=0 ", "20", "scratch"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(command, sizeof command,
+                 "%s'%s/experiments/run.sh' dsweep --quick --threads 1 --d '%s' --rows 'base twin' --seeds 1 "
+                 "--out '%s/%s' --data-dir '%s/data' >>'%s/run.txt' 2>&1",
+                 invocations[i][0], source, invocations[i][1], work_dir, invocations[i][2], work_dir, work_dir);
+        cr_assert_eq(system(command), 0, "the %s invocation failed (see %s/run.txt)", invocations[i][2], work_dir);
+    }
+    static const char *arms[] = {"base", "twin"};
+    for (int a = 0; a < 2; a++) {
+        snprintf(path, sizeof path, "%s/trunks/dsweep/D20/%s/seed1/trunk_from", work_dir, arms[a]);
+        char *from = test_slurp(path);
+        cr_assert(strstr(from, "D10/") && strstr(from, arms[a]), "%s: %s", path, from);
+        free(from);
+        snprintf(path, sizeof path, "%s/scratch/dsweep/D20/%s/seed1/trunk_from", work_dir, arms[a]);
+        cr_assert(access(path, F_OK) != 0, "the run without trunks names one");
+        char with[512], without[512];
+        snprintf(with, sizeof with, "%s/trunks/dsweep/D20/%s/seed1/log.jsonl", work_dir, arms[a]);
+        snprintf(without, sizeof without, "%s/scratch/dsweep/D20/%s/seed1/log.jsonl", work_dir, arms[a]);
+        char *records_with = log_records_without_timing(with), *records_without = log_records_without_timing(without);
+        cr_assert(strstr(records_without, "\"step\":1,") != NULL, "%s has no first step", without);
+        cr_assert_str_eq(records_with, records_without, "%s: the run from the trunk differs from the run from scratch",
+                         arms[a]);
+        free(records_with);
+        free(records_without);
+    }
+}

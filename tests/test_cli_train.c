@@ -238,6 +238,40 @@ Test(cli_train, resume_refuses_a_budget_below_what_was_trained, .init = setup, .
     free(err);
 }
 
+/* train.save_trunk under wsd (10 steps, the last 2 decaying): the run writes
+ * trunk.h5 at step 8 and says so; resumed to twice the budget in another
+ * directory the trunk trains on silently (it is the longer run's state),
+ * while the run's final checkpoint, already decayed, gets one note naming the
+ * first step trained on another schedule. Without wsd the key is refused. */
+Test(cli_train, a_trunk_resumes_to_a_larger_budget_and_a_decayed_end_says_so, .init = setup, .fini = teardown,
+     .timeout = 120) {
+    static char args[768], extra[256];
+    char *out, *err;
+    snprintf(args, sizeof args, "--config '%s' --set train.schedule=wsd --set train.save_trunk=1", config_path);
+    cr_assert_eq(run_train(args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "trunk: ") && strstr(out, "trunk.h5 at step 8"), "no trunk line: %s", out);
+    free(out);
+    free(err);
+    train_state state;
+    snprintf(extra, sizeof extra, "%s/run/trunk.h5", work_dir);
+    cr_assert_eq(train_checkpoint_read_state(extra, &state, NULL), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(state.step, 8);
+
+    snprintf(args, sizeof args, "--resume '%s/run/trunk.h5' --tokens 640 --out '%s/longer'", work_dir, work_dir);
+    cr_assert_eq(run_train(args, NULL, &err), 0, "%s", err);
+    cr_assert(!strstr(err, "note"), "a trunk resumed to a larger budget drew a note: %s", err);
+    free(err);
+    snprintf(args, sizeof args, "--resume '%s/run/checkpoint.h5' --tokens 640 --out '%s/decayed'", work_dir, work_dir);
+    cr_assert_eq(run_train(args, NULL, &err), 0, "%s", err);
+    test_assert_one_line_error(err, "dbranch train: note: ", "step 9 on another learning-rate schedule");
+    free(err);
+
+    snprintf(args, sizeof args, "--config '%s' --set train.save_trunk=1 --out '%s/cosine'", config_path, work_dir);
+    cr_assert_eq(run_train(args, NULL, &err), 1);
+    test_assert_one_line_error(err, "dbranch train: ", "train.save_trunk = 1 needs train.schedule = wsd");
+    free(err);
+}
+
 /* The stored config is data: a path holding " ;" (an INI comment) resumes into the same directory. */
 Test(cli_train, resume_keeps_a_path_with_an_ini_comment, .init = setup, .fini = teardown, .timeout = 120) {
     static char extra[256], args[512], log_path[256];

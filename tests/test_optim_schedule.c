@@ -56,6 +56,30 @@ Test(optim_schedule, wsd_decay_starts_after_warmup) {
     assert_lr(s, 99, 0.0);
 }
 
+/* The decay's first step: 100 - ceil(0.2 * 100) = 80 (the first step below
+ * the peak above), 50 when the warm-up would be cut (above), none for the
+ * other kinds; and it never moves back as the budget grows (a trunk of a
+ * shorter run is a state of a longer one). */
+Test(optim_schedule, wsd_decay_start) {
+    optim_schedule s = {
+        .kind = SCHEDULE_WSD, .lr = 1.0, .min_lr = 0.2, .warmup_steps = 5, .total_steps = 100, .decay_fraction = 0.2};
+    cr_assert_eq(optim_schedule_decay_start(&s), 80);
+    cr_assert_lt(optim_schedule_lr(&s, 80), 1.0);
+    cr_assert_eq(optim_schedule_lr(&s, 79), 1.0);
+    s.warmup_steps = 50, s.decay_fraction = 0.8;
+    cr_assert_eq(optim_schedule_decay_start(&s), 50);
+    s.warmup_steps = 0, s.decay_fraction = 0.4;
+    int64_t before = -1;
+    for (s.total_steps = 1; s.total_steps < 500; s.total_steps++) {
+        const int64_t start = optim_schedule_decay_start(&s);
+        cr_assert_geq(start, before, "%lld steps: the decay starts at %lld, before %lld of a shorter run",
+                      (long long)s.total_steps, (long long)start, (long long)before);
+        before = start;
+    }
+    s.kind = SCHEDULE_COSINE;
+    cr_assert_eq(optim_schedule_decay_start(&s), -1);
+}
+
 Test(optim_schedule, constant_and_no_warmup) {
     optim_schedule s = {.kind = SCHEDULE_CONSTANT, .lr = 3e-4, .min_lr = 0, .warmup_steps = 0, .total_steps = 10};
     assert_lr(s, 0, 3e-4);

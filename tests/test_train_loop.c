@@ -27,6 +27,7 @@
 #include "support/scratch.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#include "train/trunk.h"
 
 /* Room for any out_dir plus a file name. */
 #define PATH_BUF (TRAIN_PATH_MAX + 64)
@@ -238,6 +239,68 @@ Test(train_loop, time_limit_stops_with_a_resumable_checkpoint, .init = setup, .f
     char checkpoint_full[PATH_BUF];
     snprintf(checkpoint_full, sizeof checkpoint_full, "%s/checkpoint.h5", straight.out_dir);
     assert_same_weights(checkpoint_full, checkpoint);
+}
+
+/* train.save_trunk (train/trunk.h): a wsd run of 8 steps (decay_fraction
+ * 0.5: steps 4-7 decay) writes trunk.h5 at step 4; continued to 12 steps it
+ * is, step for step and in its final weights, the run of 12 steps trained
+ * from scratch, which writes its own trunk at step 6. The run's final
+ * checkpoint (step 8, into its decay) is not a state of the longer run, and
+ * the schedule check says from which step; a trunk needs wsd. Branch model,
+ * Muon (two learning-rate groups). */
+Test(train_loop, a_trunk_continued_to_a_larger_budget_is_the_longer_run, .init = setup, .fini = teardown,
+     .timeout = 120) {
+    train_config shorter = tiny_config("shorter", 1, OPTIM_MUON), longer = tiny_config("longer", 1, OPTIM_MUON),
+                 continued = tiny_config("continued", 1, OPTIM_MUON);
+    train_config *all[] = {&shorter, &longer, &continued};
+    for (int i = 0; i < 3; i++) {
+        all[i]->schedule = SCHEDULE_WSD;
+        all[i]->decay_fraction = 0.5;
+        all[i]->save_trunk = 1;
+    }
+    longer.tokens = continued.tokens = 12 * 4 * 16;
+    cr_assert_eq(train_trunk_step(&shorter), 4);
+    cr_assert_eq(train_trunk_step(&longer), 6);
+
+    trainer_result short_run = run(&shorter, NULL, 0, DT_OK);
+    cr_assert_eq(short_run.steps, 8);
+    char trunk[PATH_BUF], final_short[PATH_BUF];
+    snprintf(trunk, sizeof trunk, "%s/trunk.h5", shorter.out_dir);
+    snprintf(final_short, sizeof final_short, "%s/checkpoint.h5", shorter.out_dir);
+    train_state state;
+    cr_assert_eq(train_checkpoint_read_state(trunk, &state, NULL), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(state.step, 4, "the trunk holds step %lld, expected 4", (long long)state.step);
+    cr_assert_eq(train_schedule_first_difference(&shorter, &longer, 4), -1);
+    cr_assert_eq(train_schedule_first_difference(&shorter, &longer, 8), 4, "the shorter run decays from step 4");
+
+    trainer_result long_run = run(&longer, NULL, 0, DT_OK);
+    trainer_result continued_run = run(&continued, trunk, 0, DT_OK);
+    cr_assert(long_run.steps == 12 && continued_run.steps == 12 && continued_run.evaluated);
+    cr_assert_eq(continued_run.final_eval.loss, long_run.final_eval.loss);
+    char final_long[PATH_BUF], final_continued[PATH_BUF], log_long[PATH_BUF], log_continued[PATH_BUF];
+    snprintf(final_long, sizeof final_long, "%s/checkpoint.h5", longer.out_dir);
+    snprintf(final_continued, sizeof final_continued, "%s/checkpoint.h5", continued.out_dir);
+    assert_same_weights(final_long, final_continued);
+    static char lines_long[16][1024], lines_continued[16][1024];
+    snprintf(log_long, sizeof log_long, "%s/log.jsonl", longer.out_dir);
+    snprintf(log_continued, sizeof log_continued, "%s/log.jsonl", continued.out_dir);
+    cr_assert_eq(read_step_lines(log_long, lines_long, 16), 12);
+    cr_assert_eq(read_step_lines(log_continued, lines_continued, 16), 8, "the continuation logs steps 5-12");
+    for (int i = 0; i < 8; i++)
+        cr_assert_str_eq(lines_continued[i], lines_long[4 + i], "step %d differs", 5 + i);
+    /* The continuation writes the longer run's trunk (step 6) as a fresh run would. */
+    snprintf(trunk, sizeof trunk, "%s/trunk.h5", continued.out_dir);
+    cr_assert_eq(train_checkpoint_read_state(trunk, &state, NULL), DT_OK, "%s", dt_error_message());
+    cr_assert_eq(state.step, 6);
+    /* Resuming the shorter run's decayed end does not give the longer run. */
+    trainer_result from_end = run(&continued, final_short, 0, DT_OK);
+    cr_assert_neq(from_end.final_eval.loss, long_run.final_eval.loss);
+
+    train_config cosine = tiny_config("cosine", 0, OPTIM_ADAMW);
+    cosine.save_trunk = 1;
+    cr_assert_eq(train_config_validate(&cosine), DT_ERR);
+    cr_assert(strstr(dt_error_message(), "train.save_trunk") && strstr(dt_error_message(), "wsd"), "%s",
+              dt_error_message());
 }
 
 /* Weights, optimizer moments, loader and trainer RNG come back exactly. */

@@ -412,6 +412,10 @@ dt_status train_config_validate(train_config *cfg) {
     if (!cfg->model.feedback && train_pass_mix_max(&cfg->feedback_passes) > 1)
         return dt_errorf("train.feedback_passes asks for %lld passes, which needs model.feedback = 1 (SPEC §6.5)",
                          (long long)train_pass_mix_max(&cfg->feedback_passes));
+    if (cfg->save_trunk && cfg->schedule != SCHEDULE_WSD)
+        return dt_errorf("train.save_trunk = 1 needs train.schedule = wsd (the trunk is the state where its decay "
+                         "begins), not %s",
+                         optim_schedule_name(cfg->schedule));
     if (cfg->out_dir[0] == '\0') return dt_errorf("train.out_dir is empty");
     if (cfg->log_file[0] == '\0') return dt_errorf("train.log_file is empty");
     return DT_OK;

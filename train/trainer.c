@@ -25,6 +25,7 @@
 #include "train/checkpoint_rotation.h"
 #include "train/provenance.h"
 #include "train/time_limit.h"
+#include "train/trunk.h"
 
 /* What trainer_free must release (trainer.ready bits). */
 enum {
@@ -193,14 +194,7 @@ static dt_status setup_optimizer(trainer *t) {
     const train_config *c = &t->cfg;
     if (trainer_optimizer_init(&t->opt, &t->model, c) != DT_OK) return DT_ERR;
     t->ready |= READY_OPTIM;
-    t->schedule = (optim_schedule){
-        .kind = c->schedule,
-        .lr = c->lr,
-        .min_lr = c->min_lr,
-        .warmup_steps = train_config_warmup_steps(c),
-        .total_steps = t->total_steps,
-        .decay_fraction = c->decay_fraction,
-    };
+    t->schedule = train_config_schedule(c);
     return DT_OK;
 }
 
@@ -271,6 +265,8 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
      * other processes would otherwise see it taken) */
     if (make_dirs(c->out_dir) != DT_OK || (t->comm->rank == 0 && lock_out_dir(t, c->out_dir) != DT_OK)) goto fail;
     snprintf(t->checkpoint_path, sizeof t->checkpoint_path, "%s/checkpoint.h5", c->out_dir);
+    snprintf(t->trunk_path, sizeof t->trunk_path, "%s/trunk.h5", c->out_dir);
+    t->trunk_step = train_trunk_step(c);
     if (c->log_file[0] == '/')
         snprintf(t->log_path, sizeof t->log_path, "%s", c->log_file);
     else
@@ -527,13 +523,27 @@ dt_status trainer_save(trainer *t) {
     return DT_OK;
 }
 
+/* train.save_trunk: the state after the last constant-rate step, beside the
+ * run's checkpoint (train/trunk.h). Not counted as the last good checkpoint:
+ * the run goes on from its own. */
+static dt_status save_trunk(trainer *t) {
+    if (t->comm->rank == 0 && train_checkpoint_save(t->trunk_path, &t->model, &t->opt, &t->state, &t->cfg) != DT_OK)
+        return DT_ERR;
+    train_log_message(&t->log,
+                      "trunk: %s at step %lld, the last at the peak rate (`dbranch train --resume %s --tokens N`, N "
+                      "above %lld, is the run of N tokens from here)",
+                      t->trunk_path, (long long)t->state.step, t->trunk_path, (long long)t->cfg.tokens);
+    return DT_OK;
+}
+
 /* Why the loop should stop before the next step (TRAIN_STOP_NONE: it should
  * not). A signal or the time limit on any process stops every one at the
  * same step: the requests are summed over the job. */
 static train_stop_reason stop_requested(const trainer *t, const train_time_limit *limit) {
     const int64_t next = t->state.step + 1;
     const int next_evaluates = next == t->total_steps || (t->cfg.eval_every > 0 && next % t->cfg.eval_every == 0);
-    const int next_saves = t->cfg.checkpoint_every > 0 && next % t->cfg.checkpoint_every == 0;
+    const int next_saves =
+        (t->cfg.checkpoint_every > 0 && next % t->cfg.checkpoint_every == 0) || next == t->trunk_step;
     double requests[2] = {t->options.stop_flag && *t->options.stop_flag ? 1.0 : 0.0,
                           train_time_limit_reached(limit, now_seconds(), next_evaluates, next_saves) ? 1.0 : 0.0};
     if (t->comm->size > 1 && t->comm->allreduce_f64(t->comm, requests, 2) != DT_OK) return TRAIN_STOP_SIGNAL;
@@ -606,6 +616,10 @@ dt_status trainer_run(trainer *t, trainer_result *result) {
                 break;
             }
             train_time_limit_saw_save(&limit, now_seconds() - began);
+        }
+        if (step == t->trunk_step && save_trunk(t) != DT_OK) {
+            status = DT_ERR;
+            break;
         }
     }
     if (status != DT_OK) {

@@ -87,6 +87,8 @@ typedef struct trainer {
     trainer_options options;
     char *config_text; /* resolved INI text (stored in checkpoints) */
     char checkpoint_path[TRAIN_PATH_MAX + 32];
+    char trunk_path[TRAIN_PATH_MAX + 32]; /* out_dir/trunk.h5 (train.save_trunk; train/trunk.h) */
+    int64_t trunk_step;                   /* the step count it is written at (-1: none) */
     char log_path[2 * TRAIN_PATH_MAX];
     const dt_comm *comm; /* options.comm, or the single-process communicator */
     model model;

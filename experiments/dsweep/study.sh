@@ -240,9 +240,28 @@ study_dsweep() {
     [ -n "$params" ] && [ "$params" -gt 0 ] || { echo "run.sh dsweep: no non-embedding parameter count" >&2; exit 1; }
     echo "== dsweep: $config on $corpus, N = $params non-embedding parameters, D = ${DSWEEP_D:-10 20 40 80}" >&2
     mkdir -p "$OUT/$DSWEEP_DIR"
+    # Trunks (train/trunk.h): every run keeps the state after its constant
+    # -rate part, and a run at a larger D of the same arm and seed starts
+    # from the largest smaller D's, the same run bit for bit without the
+    # steps the two share (WSD's constant phase is 60% of each budget). A
+    # binary from before train.save_trunk trains every run from step 0.
+    if [ -z "${EXP_SAVE_TRUNK:-}" ]; then
+        if "$DBRANCH" train --help 2>/dev/null | grep -q save_trunk; then
+            EXP_SAVE_TRUNK=1
+        else
+            EXP_SAVE_TRUNK=0
+            echo "run.sh dsweep: $DBRANCH has no train.save_trunk (an older build): every run trains from step 0" >&2
+        fi
+    fi
     local d arm sets
     for d in ${DSWEEP_D:-10 20 40 80}; do
         CURRENT=$DSWEEP_DIR/D$d
+        EXP_TRUNK_DIRS=$(
+            for x in "$OUT/$DSWEEP_DIR"/D*/; do
+                x=${x%/}
+                if [ "${x##*/D}" -lt "$d" ] 2>/dev/null; then printf '%s %s\n' "${x##*/D}" "$x"; fi
+            done | sort -n | cut -d' ' -f2-
+        )
         mkdir -p "$OUT/$CURRENT"
         exp_rows_begin
         echo "== study $CURRENT -> $OUT/$CURRENT ($((d * params)) tokens)" >&2
@@ -255,7 +274,7 @@ study_dsweep() {
             # shellcheck disable=SC2086 # the arm's settings are separate words
             TOKEN_FACTOR=$factor row "$arm" "$ref" "$config" "$corpus" $sets
         done
-        TOKENS_OVERRIDE=""
+        TOKENS_OVERRIDE="" EXP_TRUNK_DIRS=""
         end_study
         # shellcheck disable=SC2086 # one word per arm
         exp_plot_curves "$CURRENT" all "$DSWEEP_DIR D = $d: validation loss" $DSWEEP_ARMS

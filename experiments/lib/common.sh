@@ -167,12 +167,31 @@ exp_train() {
         return 0
     fi
     exp_deadline_limit "$study/$row/seed$seed" || return 0
+    local trunk
+    trunk=$(exp_trunk_source "$command" "$row" "$seed")
     rm -rf "$dir"
     mkdir -p "$dir"
     printf '%s\n' "$command" >"$dir/command.txt"
-    echo "   $study/$row/seed$seed" >&2
     local start=$SECONDS status=0
-    "$DBRANCH" "${args[@]}" "${TIME_LIMIT_ARGS[@]}" >"$dir/train.txt" 2>&1 || status=$?
+    if [ -n "$trunk" ]; then
+        # The same run as from scratch, bit for bit, without its constant-rate
+        # part (train/trunk.h): the trunk's log up to its step is this run's.
+        local from=${trunk% *} step=${trunk##* } budget
+        budget=$(exp_budget "${args[@]}")
+        echo "   $study/$row/seed$seed: from the trunk of $(exp_relative "$from") (step $step)" >&2
+        exp_log_until "$step" <"$from/log.jsonl" >"$dir/log.jsonl"
+        exp_relative "$from" >"$dir/trunk_from"
+        echo "== from the trunk: dbranch train --resume $(exp_relative "$from")/trunk.h5 --tokens $budget" >"$dir/train.txt"
+        "$DBRANCH" train --resume "$(exp_relative "$from")/trunk.h5" --tokens "$budget" --out "$(exp_relative "$dir")" \
+            --threads "$THREADS" "${TIME_LIMIT_ARGS[@]}" >>"$dir/train.txt" 2>&1 || status=$?
+    else
+        echo "   $study/$row/seed$seed" >&2
+        # EXP_SAVE_TRUNK=1: the run also keeps its trunk for longer runs of
+        # the same row (not part of the command: it changes no weight).
+        local trunk_args=()
+        [ "${EXP_SAVE_TRUNK:-0}" != 1 ] || trunk_args=(--set train.save_trunk=1)
+        "$DBRANCH" "${args[@]}" "${trunk_args[@]}" "${TIME_LIMIT_ARGS[@]}" >"$dir/train.txt" 2>&1 || status=$?
+    fi
     exp_stopped_at_deadline "$status" "$study/$row/seed$seed" "$dir" && return 0
     if [ "$status" != 0 ]; then
         echo "run.sh: training $study/$row/seed$seed failed; see $dir/train.txt:" >&2
@@ -234,6 +253,41 @@ exp_same_run() { # command dir
 
 # A train command (stdin) with its --out value masked.
 exp_without_out() { sed 's/ --out [^ ]* / --out - /'; }
+exp_without_budget() { sed 's/ --out [^ ]* / --out - /; s/ --tokens [^ ]* / --tokens - /'; }
+
+# Where a new run may start from a trunk (EXP_TRUNK_DIRS: study folders of
+# smaller budgets, e.g. a data sweep's smaller D; each run of them trained
+# with EXP_SAVE_TRUNK=1 keeps OUT/.../trunk.h5, the state after its last
+# constant-rate wsd step). Prints "RUN_DIR STEP" of the latest-listed folder
+# whose run of the same row and seed has a trunk, ran the same command but
+# for --tokens and --out, and a smaller budget; nothing when none does.
+# Trunks are a cache: they are not committed, and without one the run
+# trains from step 0 to the same bits.
+exp_trunk_source() { # command row seed
+    local folder from="" step="" mine theirs
+    mine=$(printf '%s\n' "$1" | exp_without_budget)
+    for folder in ${EXP_TRUNK_DIRS:-}; do
+        local run="$folder/$2/seed$3"
+        [ -f "$run/trunk.h5" ] && [ -f "$run/command.txt" ] && [ -f "$run/train.txt" ] || continue
+        theirs=$(exp_without_budget <"$run/command.txt")
+        [ "$theirs" = "$mine" ] || continue
+        local their_budget my_budget
+        their_budget=$(sed -n 's/.* --tokens \([0-9][0-9]*\) .*/\1/p' "$run/command.txt")
+        my_budget=$(printf '%s\n' "$1" | sed -n 's/.* --tokens \([0-9][0-9]*\) .*/\1/p')
+        [ -n "$their_budget" ] && [ -n "$my_budget" ] && [ "$their_budget" -lt "$my_budget" ] || continue
+        local s
+        s=$(sed -n 's/.*trunk\.h5 at step \([0-9][0-9]*\),.*/\1/p' "$run/train.txt" | tail -n 1)
+        [ -n "$s" ] || continue
+        from=$run step=$s
+    done
+    [ -z "$from" ] || echo "$from $step"
+}
+
+# The lines of a JSON-lines log up to step N (records without a step, such
+# as provenance, kept).
+exp_log_until() { # N
+    awk -v n="$1" 'match($0, /"step":[0-9]+/) { if (substr($0, RSTART + 7, RLENGTH - 7) + 0 > n) next } { print }'
+}
 
 # A token budget as a scale folder name: 4000000 -> 4M, 600000 -> 600k,
 # anything not a whole number of thousands as it is (1536).
