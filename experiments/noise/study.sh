@@ -42,31 +42,36 @@ noise_recipe_variant_sets() { # variant
 
 # NOISE_RECIPE=dsweep: rows <arm>-<variant> in OUT/noise/dsweep/<scale>/,
 # NOISE_ARMS (default "base twin") the arms; the budget by --tokens.
-study_noise_recipe() {
-    begin_study noise/dsweep
+# NOISE_RECIPE=dsweep-nanogpt: the same on the sweep's nanogpt arm
+# (study_dsweep_nanogpt.ini, the llama arm's rates), in OUT/noise/dsweep-nanogpt/:
+# the learning-rate grid its own tuned series needs.
+study_noise_recipe() { # config folder
+    local config=$1
+    begin_study "$2"
     local variant arm sets names=()
     for variant in ${NOISE_VARIANTS:-ref min0 lr2 lr4 lr8 lr16}; do
         sets=$(noise_recipe_variant_sets "$variant")
         for arm in ${NOISE_ARMS:-base twin}; do
             case "$arm" in
             base) # shellcheck disable=SC2086 # the variant's settings are separate words
-                row "base-$variant" - study_dsweep.ini large_bpe4096 $sets ;;
+                row "base-$variant" - "$config" large_bpe4096 $sets ;;
             twin) # shellcheck disable=SC2086
-                row "twin-$variant" "base-$variant" study_dsweep.ini large_bpe4096 $sets "${BRANCH[@]}" ;;
+                row "twin-$variant" "base-$variant" "$config" large_bpe4096 $sets "${BRANCH[@]}" ;;
             *) echo "run.sh noise: NOISE_ARMS '$arm' must be base or twin" >&2; return 1 ;;
             esac
             names+=("$arm-$variant")
         done
     done
     end_study
-    exp_plot_curves "$CURRENT" all "noise pilot on the dsweep recipe: validation loss" "${names[@]}"
+    exp_plot_curves "$CURRENT" all "noise pilot on the dsweep recipe ($config): validation loss" "${names[@]}"
 }
 
 study_noise() {
     case "${NOISE_RECIPE:-pilot}" in
     pilot) ;;
-    dsweep) study_noise_recipe; return ;;
-    *) echo "run.sh noise: NOISE_RECIPE '$NOISE_RECIPE' must be pilot or dsweep" >&2; return 1 ;;
+    dsweep) study_noise_recipe study_dsweep.ini noise/dsweep; return ;;
+    dsweep-nanogpt) study_noise_recipe study_dsweep_nanogpt.ini noise/dsweep-nanogpt; return ;;
+    *) echo "run.sh noise: NOISE_RECIPE '$NOISE_RECIPE' must be pilot, dsweep or dsweep-nanogpt" >&2; return 1 ;;
     esac
     begin_study noise
     local variant sets names=() twins=()
