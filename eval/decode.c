@@ -94,10 +94,33 @@ static shapes layer_shapes(const model *m, int64_t l) {
 }
 
 /* The K (or V) cache of applied layer j (layer j % L of application j / L,
- * SPEC §6.6: every application has its own): [n_pos_max, Hkv_l*hd_l] rows;
- * layers are spaced by the widest layer's rows. */
+ * SPEC §6.6: every application has its own): head blocks [Hkv_l, n_pos_max,
+ * hd_l], or rows [n_pos_max, Hkv_l*hd_l] for a recurrent model (head_blocks);
+ * layers are spaced by the widest layer's n_pos_max * max_kv_width. */
 static float *cache_of(const eval_decode_session *s, float *cache, int64_t j) {
     return cache + j * s->n_pos_max * s->model->arch.max_kv_width;
+}
+
+/* The caches hold head blocks (eval_decode_session.k_cache), but for a
+ * recurrent model, whose kernels read rows. */
+static int head_blocks(const eval_decode_session *s) { return !s->model->arch.recurrent; }
+
+/* The K/V cache of applied layer j as the decode attention kernel reads it. */
+static k_kv_cache kv_cache_of(eval_decode_session *s, int64_t j) {
+    const shapes d = layer_shapes(s->model, j % s->model->arch.L);
+    const float *k = cache_of(s, s->k_cache, j), *v = cache_of(s, s->v_cache, j);
+    if (!head_blocks(s)) return k_kv_cache_rows(k, v, d.Hkv, d.hd);
+    return (k_kv_cache){.k = k, .v = v, .pos_stride = d.hd, .head_stride = s->n_pos_max * d.hd};
+}
+
+/* Rows [n, Hkv*hd] of positions first .. first+n-1 into the head-block cache
+ * `cache` of a layer, kv heads [kv_begin, kv_end). */
+static void rows_into_head_blocks(const eval_decode_session *s, float *cache, const float *rows, int64_t first,
+                                  int64_t n, int64_t Hkv, int64_t hd, int64_t kv_begin, int64_t kv_end) {
+    for (int64_t h = kv_begin; h < kv_end; h++)
+        for (int64_t t = 0; t < n; t++)
+            memcpy(cache + (h * s->n_pos_max + first + t) * hd, rows + t * Hkv * hd + h * hd,
+                   (size_t)hd * sizeof(float));
 }
 
 static const float *data_of(const dt_tensor *t) { return t ? (const float *)t->data : NULL; }
@@ -167,10 +190,9 @@ static void layout(eval_decode_session *s, planner *p) {
     const model_arch *a = &s->model->arch;
     s->k_cache = take(p, a->n_loop * d.L * T * d.kvdim, f); /* n_loop applications, each its own K/V */
     s->v_cache = take(p, a->n_loop * d.L * T * d.kvdim, f);
-    const int64_t tmp_rows = a->recurrent ? d.L : 0;
-    s->k_tmp = take(p, tmp_rows * d.kvdim, f);
-    s->v_tmp = take(p, tmp_rows * d.kvdim, f);
-    s->x_persist = take(p, tmp_rows ? d.C : 0, f);
+    s->k_tmp = take(p, d.L * d.kvdim, f);
+    s->v_tmp = take(p, d.L * d.kvdim, f);
+    s->x_persist = take(p, a->recurrent ? d.C : 0, f);
     if (a->disco) { /* DiscoLoop scratch: the step's rows, or a prefill chunk of them */
         const int64_t R = DISCO_CHUNK;
         s->disco_logits = take(p, R * d.V, f);
@@ -235,6 +257,8 @@ static void layout(eval_decode_session *s, planner *p) {
     b->rstd = take(p, R, f);
     b->lse = take(p, d.H * P, f);
     b->feedback_inputs = take(p, P * feedback_C, f);
+    b->k_rows = take(p, a->recurrent ? 0 : P * d.kvdim, f);
+    b->v_rows = take(p, a->recurrent ? 0 : P * d.kvdim, f);
     if (d.moe) {
         b->expert_in = take(p, R * d.C, f);
         b->expert_out = take(p, R * d.C, f);
@@ -472,19 +496,16 @@ static void ffn_rows(eval_decode_session *s, int64_t j, int row0, int n_rows) {
     la->ffn->rows(&call);
 }
 
-/* Where the primary row's new key (value) of applied layer j goes: the row at
- * pos of its cache, or for a recurrent layer (SPEC §6.4; never looped, so
- * j = l) the temporary pair. */
-static float *new_key_row(eval_decode_session *s, int64_t j, int64_t pos) {
-    const int64_t l = j % s->model->arch.L, kvdim = s->model->arch.layers[l].kv_width;
-    return s->model->arch.recurrent ? s->k_tmp + l * s->model->arch.max_kv_width
-                                    : cache_of(s, s->k_cache, j) + pos * kvdim;
+/* Where the primary row's new key (value) of applied layer j goes first: a
+ * row of k_tmp (v_tmp), which prepare_heads rotates and copies into the head
+ * blocks at pos; for a recurrent layer (SPEC §6.4; never looped, so j = l)
+ * it stays there as the temporary pair. */
+static float *new_key_row(eval_decode_session *s, int64_t j) {
+    return s->k_tmp + (j % s->model->arch.L) * s->model->arch.max_kv_width;
 }
 
-static float *new_value_row(eval_decode_session *s, int64_t j, int64_t pos) {
-    const int64_t l = j % s->model->arch.L, kvdim = s->model->arch.layers[l].kv_width;
-    return s->model->arch.recurrent ? s->v_tmp + l * s->model->arch.max_kv_width
-                                    : cache_of(s, s->v_cache, j) + pos * kvdim;
+static float *new_value_row(eval_decode_session *s, int64_t j) {
+    return s->v_tmp + (j % s->model->arch.L) * s->model->arch.max_kv_width;
 }
 
 /* What has to happen between the Q/K/V products and attention, for the query
@@ -503,10 +524,15 @@ static void prepare_heads(eval_decode_session *s, int64_t j, int64_t pos, int ro
     const int64_t group = d.H / d.Hkv, q_begin = kv_begin * group * d.hd, q_len = (kv_end - kv_begin) * group * d.hd;
     float *q = s->rows.q, *q1 = s->q1 + l * m->arch.max_q_width;
     if (row0 == 0) {
-        float *k_row = new_key_row(s, j, pos);                            // [Hkv*hd]
+        float *k_row = new_key_row(s, j);                                 // [Hkv*hd]
         memcpy(q1 + q_begin, q + q_begin, (size_t)q_len * sizeof(float)); /* before RoPE */
         if (position->rotary)
             position->rotate_heads(k_row + kv_begin * d.hd, layer->rope_table, pos, kv_end - kv_begin, d.hd);
+        if (head_blocks(s)) { /* these heads' new pair into the cache at pos */
+            rows_into_head_blocks(s, cache_of(s, s->k_cache, j), k_row, pos, 1, d.Hkv, d.hd, kv_begin, kv_end);
+            rows_into_head_blocks(s, cache_of(s, s->v_cache, j), new_value_row(s, j), pos, 1, d.Hkv, d.hd, kv_begin,
+                                  kv_end);
+        }
     }
     if (row0 + n_rows == 2 && layer->couple_q) /* branch: q2 += couple_q ⊙ q1 on these heads */
         k_accumulate_mul_vec_range(q + d.qdim + q_begin, q1 + q_begin, data_of(layer->couple_q) + q_begin, 1, q_len);
@@ -524,12 +550,11 @@ typedef struct attention_args {
     eval_decode_session *s;
     int64_t j, pos; /* applied layer, position */
     int row0, n_rows;
-    float *out;           /* [n_rows, H*hd] */
-    const float *q;       /* [n_rows, H*hd] */
-    const float *k_cache; /* [n_pos_max, Hkv*hd] */
-    const float *v_cache; /* [n_pos_max, Hkv*hd] */
-    float *scratch;       /* [n_rows, H, pos + 1] */
-    const float *slopes;  /* [H] score-bias slopes (ALiBi) or NULL */
+    float *out;          /* [n_rows, H*hd] */
+    const float *q;      /* [n_rows, H*hd] */
+    k_kv_cache cache;    /* the layer's K/V (recurrent: rows [n_pos_max, Hkv*hd]) */
+    float *scratch;      /* [n_rows, H, pos + 1] */
+    const float *slopes; /* [H] score-bias slopes (ALiBi) or NULL */
     int64_t H, Hkv, hd;
 } attention_args;
 
@@ -538,20 +563,13 @@ typedef struct attention_args {
  * primary's temporary pair (SPEC §6.4: the branch's query sees the same keys). */
 static void attention_core(const attention_args *a, int64_t kv_begin, int64_t kv_end) {
     if (!a->s->model->arch.recurrent) {
-        k_attention_decode_range_biased(a->out, a->q, a->k_cache, a->v_cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd,
-                                        kv_begin, kv_end, a->slopes, a->scratch);
+        k_attention_decode_cache_range_biased(a->out, a->q, &a->cache, a->n_rows, a->pos, a->H, a->Hkv, a->hd, kv_begin,
+                                              kv_end, a->slopes, a->scratch);
         return;
     }
-    const k_recurrent_keys keys = {a->k_cache,
-                                   a->v_cache,
-                                   a->Hkv * a->hd,
-                                   new_key_row(a->s, a->j, a->pos),
-                                   new_value_row(a->s, a->j, a->pos),
-                                   a->pos,
-                                   a->H,
-                                   a->Hkv,
-                                   a->hd,
-                                   a->slopes}; /* ALiBi; the temporary pair at s = t gets bias 0 */
+    const k_recurrent_keys keys = {
+        a->cache.k, a->cache.v, a->Hkv * a->hd, new_key_row(a->s, a->j), new_value_row(a->s, a->j), a->pos, a->H,
+        a->Hkv,     a->hd,      a->slopes}; /* ALiBi; the temporary pair at s = t gets bias 0 */
     /* each kv head's own scratch row: items of the team run at once */
     k_recurrent_attention_forward_range(a->out, NULL, a->q, a->n_rows, &keys, kv_begin, kv_end,
                                         a->scratch + kv_begin * (a->pos + 1));
@@ -568,13 +586,12 @@ static void attention_kv_head(int64_t kv_head, void *arg) {
 static void attention_rows(eval_decode_session *s, int64_t j, int64_t pos, int row0, int n_rows) {
     const shapes d = layer_shapes(s->model, j % s->model->arch.L);
     float *out = s->rows.y + row0 * d.qdim, *q = s->rows.q + row0 * d.qdim;
-    const float *k_cache = cache_of(s, s->k_cache, j), *v_cache = cache_of(s, s->v_cache, j);
+    const k_kv_cache cache = kv_cache_of(s, j);
     const float *slopes = s->model->arch.layers[j % s->model->arch.L].score_slopes; /* [H] ALiBi, or NULL */
     count(s, &s->traffic.kv_read_bytes, 2.0 * (double)(pos + 1) * (double)d.kvdim * 4.0);
     if (!eval_team_active() && !s->model->arch.recurrent) { /* the kernel, threaded by itself */
         prepare_heads(s, j, pos, row0, n_rows, 0, d.Hkv);
-        k_attention_decode_biased(out, q, k_cache, v_cache, n_rows, pos, d.H, d.Hkv, d.hd, slopes,
-                                  s->rows.attn_scratch);
+        k_attention_decode_cache_biased(out, q, &cache, n_rows, pos, d.H, d.Hkv, d.hd, slopes, s->rows.attn_scratch);
         return;
     }
     attention_args a = {.s = s,
@@ -584,8 +601,7 @@ static void attention_rows(eval_decode_session *s, int64_t j, int64_t pos, int r
                         .n_rows = n_rows,
                         .out = out,
                         .q = q,
-                        .k_cache = k_cache,
-                        .v_cache = v_cache,
+                        .cache = cache,
                         .scratch = s->rows.attn_scratch,
                         .slopes = slopes,
                         .H = d.H,
@@ -714,8 +730,8 @@ static void forward_rows(eval_decode_session *s, int32_t token, int64_t pos, int
         count_norm(s, layer->attn_norm, layer->attn_norm_bias); /* x = attention norm of h: computed above */
         rows_linear(s, r->q, r->x, row0, n_rows, p->wq, p->wq_bias, b->wq, b->wq_bias, d.C, dl.qdim);
         if (row0 == 0) { /* K, V of the primary row only, straight into the cache */
-            queue_linear(s, new_key_row(s, j, pos), r->x, data_of(p->wk), data_of(p->wk_bias), 1, d.C, dl.kvdim);
-            queue_linear(s, new_value_row(s, j, pos), r->x, data_of(p->wv), data_of(p->wv_bias), 1, d.C, dl.kvdim);
+            queue_linear(s, new_key_row(s, j), r->x, data_of(p->wk), data_of(p->wk_bias), 1, d.C, dl.kvdim);
+            queue_linear(s, new_value_row(s, j), r->x, data_of(p->wv), data_of(p->wv_bias), 1, d.C, dl.kvdim);
             if (!m->arch.recurrent) count(s, &s->traffic.kv_write_bytes, 2.0 * (double)dl.kvdim * 4.0);
         }
         flush(s); /* Wq (both rows), Wk, Wv in one stage */
@@ -967,8 +983,10 @@ static void prefill_pass(eval_decode_session *s, const int32_t *tokens, int64_t 
         const int64_t l = j % d.L;
         const model_layer *layer = &m->layers[l];
         const model_block_weights *w = &layer->primary, *br = &layer->branch;
-        float *k_cache = cache_of(s, s->k_cache, j), *v_cache = cache_of(s, s->v_cache, j);
         const shapes dl = layer_shapes(m, l);
+        /* the prompt's K, V as rows (what the prefill kernels read), then into head blocks */
+        float *k_cache = head_blocks(s) ? b->k_rows : cache_of(s, s->k_cache, j);
+        float *v_cache = head_blocks(s) ? b->v_rows : cache_of(s, s->v_cache, j);
         kv_floats_per_position += dl.kvdim;
 
         if (l > 0 && l == m->arch.tok_emb2_layer && !inputs)
@@ -993,6 +1011,10 @@ static void prefill_pass(eval_decode_session *s, const int32_t *tokens, int64_t 
             k_attention_decode_biased(b->y + P * dl.qdim, b->q + P * dl.qdim, k_cache, v_cache, 1, P - 1, dl.H, dl.Hkv,
                                       dl.hd, slopes, s->rows.attn_scratch);
             s->traffic.kv_read_bytes += 2.0 * (double)(P * dl.kvdim) * 4.0;
+        }
+        if (head_blocks(s)) {
+            rows_into_head_blocks(s, cache_of(s, s->k_cache, j), k_cache, 0, P, dl.Hkv, dl.hd, 0, dl.Hkv);
+            rows_into_head_blocks(s, cache_of(s, s->v_cache, j), v_cache, 0, P, dl.Hkv, dl.hd, 0, dl.Hkv);
         }
         prefill_rows_linear(s, b->o, b->y, P, extra, w->wo, w->wo_bias, br->wo, br->wo_bias, dl.qdim, d.C);
         advance_stream(s, b->h, b->o, 0, rows, P + 1, b->history, 2 * l, layer->route_ffn_query, layer->route_ffn_norm);

@@ -101,6 +101,7 @@ typedef struct eval_decode_prefill_buffers {
     int32_t *expert_rows;                          /* [P+1] rows routed to one expert */
     float *expert_gates;                           /* [P+1] their gates */
     float *feedback_inputs;                        /* [P, C] fused mode: the prompt's feedback-pass inputs */
+    float *k_rows, *v_rows; /* [P, Hkv*hd] a layer's prompt K, V as rows (head-block caches: then copied in) */
 } eval_decode_prefill_buffers;
 
 typedef struct eval_decode_session {
@@ -111,14 +112,18 @@ typedef struct eval_decode_session {
      * products; NULL (the default): the model's float32 weights. Set before
      * the first prefill; it must outlive the session. */
     const eval_decode_weights *weights;
-    int run_branch;           /* the model has a decode branch and mode != BASELINE */
-    int64_t n_pos_max;        /* cache length: the model's block_size */
-    int64_t max_prompt;       /* longest prompt eval_decode_prefill accepts */
-    int64_t pos;              /* position whose logits are held; -1 before the first prefill */
-    dt_arena arena;           /* owns every buffer below */
-    float *k_cache, *v_cache; /* [n_loop * L, n_pos_max, Hkv*hd] */
-    /* recurrent (SPEC §6.4): the cache holds the persistent pairs; these the
-     * primary's temporary pairs at `pos` (k rotated), which the branch row reads too. */
+    int run_branch;     /* the model has a decode branch and mode != BASELINE */
+    int64_t n_pos_max;  /* cache length: the model's block_size */
+    int64_t max_prompt; /* longest prompt eval_decode_prefill accepts */
+    int64_t pos;        /* position whose logits are held; -1 before the first prefill */
+    dt_arena arena;     /* owns every buffer below */
+    /* Per applied layer a block of n_pos_max * max_kv_width floats: head
+     * blocks [Hkv, n_pos_max, hd] (each head's positions contiguous: the
+     * decode attention reads one stream per head, kernels/attention.h,
+     * k_kv_cache), or for recurrent models (SPEC §6.4) rows [n_pos_max, Hkv*hd]. */
+    float *k_cache, *v_cache;
+    /* The primary's new K, V rows at `pos` (k rotated), before they go into
+     * the cache; recurrent: its temporary pairs, which the branch row reads too. */
     float *k_tmp, *v_tmp; /* [L, Hkv*hd] */
     float *x_persist;     /* [C] Norm1_l(out_t) of the primary row */
     /* The primary's intermediates at position `pos`, per layer, read by the branch row. */

@@ -70,17 +70,33 @@ void k_attention_backward_biased(float *d_q, int accumulate_q, float *d_k, int a
                           Hkv, head_dim, slopes, scratch);
 }
 
+k_kv_cache k_kv_cache_rows(const float *k_cache, const float *v_cache, int64_t Hkv, int64_t head_dim) {
+    return (k_kv_cache){.k = k_cache, .v = v_cache, .pos_stride = Hkv * head_dim, .head_stride = head_dim};
+}
+
 void k_attention_decode_range_biased(float *out, const float *q, const float *k_cache, const float *v_cache,
                                      int64_t n_rows, int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim,
                                      int64_t kv_begin, int64_t kv_end, const float *slopes, float *scratch) {
-    K_ISA_PICK(k_attention_ops)
-        ->decode_range_biased(out, q, k_cache, v_cache, n_rows, pos, H, Hkv, head_dim, kv_begin, kv_end, slopes,
-                              scratch);
+    const k_kv_cache cache = k_kv_cache_rows(k_cache, v_cache, Hkv, head_dim);
+    k_attention_decode_cache_range_biased(out, q, &cache, n_rows, pos, H, Hkv, head_dim, kv_begin, kv_end, slopes,
+                                          scratch);
 }
 
 void k_attention_decode_biased(float *out, const float *q, const float *k_cache, const float *v_cache, int64_t n_rows,
                                int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, const float *slopes,
                                float *scratch) {
+    const k_kv_cache cache = k_kv_cache_rows(k_cache, v_cache, Hkv, head_dim);
+    k_attention_decode_cache_biased(out, q, &cache, n_rows, pos, H, Hkv, head_dim, slopes, scratch);
+}
+
+void k_attention_decode_cache_range_biased(float *out, const float *q, const k_kv_cache *cache, int64_t n_rows,
+                                           int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, int64_t kv_begin,
+                                           int64_t kv_end, const float *slopes, float *scratch) {
     K_ISA_PICK(k_attention_ops)
-        ->decode_biased(out, q, k_cache, v_cache, n_rows, pos, H, Hkv, head_dim, slopes, scratch);
+        ->decode_range_biased(out, q, cache, n_rows, pos, H, Hkv, head_dim, kv_begin, kv_end, slopes, scratch);
+}
+
+void k_attention_decode_cache_biased(float *out, const float *q, const k_kv_cache *cache, int64_t n_rows, int64_t pos,
+                                     int64_t H, int64_t Hkv, int64_t head_dim, const float *slopes, float *scratch) {
+    K_ISA_PICK(k_attention_ops)->decode_biased(out, q, cache, n_rows, pos, H, Hkv, head_dim, slopes, scratch);
 }

@@ -680,16 +680,16 @@ static void attention_backward_biased(float *d_q, int accumulate_q, float *d_k, 
 
 /* ----------------------------------------------------------------- decode */
 
-/* o [hd] = sum over t of (weights[t] / sum) v_cache row t of kv_head; with
- * skip_zero, positions of weight exactly 0 are not read (ALiBi's far keys). */
+/* o [hd] = sum over t of (weights[t] / sum) v_head + t * pos_stride (one kv
+ * head's values); with skip_zero, positions of weight exactly 0 are not read
+ * (ALiBi's far keys). */
 static inline __attribute__((always_inline)) void decode_values(float *restrict o, const float *restrict weights,
-                                                                float sum, const float *v_cache, int64_t kv_stride,
-                                                                int64_t kv_head, int64_t n_pos, int64_t hd,
-                                                                int skip_zero) {
+                                                                float sum, const float *v_head, int64_t pos_stride,
+                                                                int64_t n_pos, int64_t hd, int skip_zero) {
     memset(o, 0, (size_t)hd * sizeof(float));
     for (int64_t t = 0; t < n_pos; t++) {
         if (skip_zero && weights[t] == 0.0f) continue;
-        const float *v = v_cache + t * kv_stride + kv_head * hd, p = weights[t] / sum;
+        const float *v = v_head + t * pos_stride, p = weights[t] / sum;
 #pragma omp simd
         for (int64_t i = 0; i < hd; i++)
             o[i] += p * v[i];
@@ -698,13 +698,14 @@ static inline __attribute__((always_inline)) void decode_values(float *restrict 
 
 /* out [n_rows, H*hd]: softmax over positions 0..pos of q·k / sqrt(hd) - (pos - t) * slope,
  * applied to v, for the query heads of kv heads [kv_begin, kv_end) only.
- * q [n_rows, H*hd]; k_cache, v_cache [n_pos_max, Hkv*hd]; slopes [H] or NULL;
+ * q [n_rows, H*hd]; cache: k, v of positions 0..pos in either layout
+ * (attention.h, k_kv_cache); slopes [H] or NULL;
  * scratch [n_rows, H, pos+1] (each kv head writes only its own heads' part). */
-static void attention_decode_range_biased(float *out, const float *q, const float *k_cache, const float *v_cache,
-                                          int64_t n_rows, int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim,
-                                          int64_t kv_begin, int64_t kv_end, const float *slopes, float *scratch) {
+static void attention_decode_range_biased(float *out, const float *q, const k_kv_cache *cache, int64_t n_rows,
+                                          int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim, int64_t kv_begin,
+                                          int64_t kv_end, const float *slopes, float *scratch) {
     const int64_t hd = head_dim, group = H / Hkv, n_pos = pos + 1;
-    const int64_t q_stride = H * hd, kv_stride = Hkv * hd;
+    const int64_t q_stride = H * hd, pos_stride = cache->pos_stride;
     const float scale = (float)(1.0 / sqrt((double)hd));
     /* Head by head, each head's scores contiguous: the scores of a head are
      * `omp simd` dot products and one vectorised k_exp pass. (Streaming K once
@@ -715,8 +716,9 @@ static void attention_decode_range_biased(float *out, const float *q, const floa
             for (int64_t h = kv_head * group; h < (kv_head + 1) * group; h++) {
                 const float *q_head = q + row * q_stride + h * hd;
                 float *scores = scratch + (row * H + h) * n_pos, max = -INFINITY, sum = 0.0f;
+                const float *k_head = cache->k + kv_head * cache->head_stride;
                 for (int64_t t = 0; t < n_pos; t++) {
-                    const float *k = k_cache + t * kv_stride + kv_head * hd;
+                    const float *k = k_head + t * pos_stride;
                     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
                     for (int64_t i = 0; i < hd; i++)
@@ -729,7 +731,7 @@ static void attention_decode_range_biased(float *out, const float *q, const floa
 #pragma omp simd reduction(+ : sum)
                     for (int64_t t = 0; t < n_pos; t++)
                         sum += (scores[t] = k_exp(scores[t] - max));
-                    decode_values(o, scores, sum, v_cache, kv_stride, kv_head, n_pos, hd, 0);
+                    decode_values(o, scores, sum, cache->v + kv_head * cache->head_stride, pos_stride, n_pos, hd, 0);
                     continue;
                 }
                 /* ALiBi: the bias in a second pass over the scores (L1-resident).
@@ -748,14 +750,13 @@ static void attention_decode_range_biased(float *out, const float *q, const floa
                     const float x = scores[t] - max;
                     sum += (scores[t] = x < -87.0f ? 0.0f : k_exp(x));
                 }
-                decode_values(o, scores, sum, v_cache, kv_stride, kv_head, n_pos, hd, 1);
+                decode_values(o, scores, sum, cache->v + kv_head * cache->head_stride, pos_stride, n_pos, hd, 1);
             }
 }
 
 /* The core with one kv head per work item. */
-static void attention_decode_biased(float *out, const float *q, const float *k_cache, const float *v_cache,
-                                    int64_t n_rows, int64_t pos, int64_t H, int64_t Hkv, int64_t head_dim,
-                                    const float *slopes, float *scratch) {
+static void attention_decode_biased(float *out, const float *q, const k_kv_cache *cache, int64_t n_rows, int64_t pos,
+                                    int64_t H, int64_t Hkv, int64_t head_dim, const float *slopes, float *scratch) {
     if (n_rows <= 0 || pos < 0) return;
     if (H < 1 || Hkv < 1 || H % Hkv != 0 || head_dim < 1) {
         fill_nan(out, n_rows * (H > 0 ? H : 0) * (head_dim > 0 ? head_dim : 0));
@@ -763,8 +764,8 @@ static void attention_decode_biased(float *out, const float *q, const float *k_c
     }
 #pragma omp parallel for schedule(static) if (Hkv > 1 && n_rows * H * (pos + 1) * head_dim > DECODE_PARALLEL_MIN_WORK)
     for (int64_t kv_head = 0; kv_head < Hkv; kv_head++)
-        attention_decode_range_biased(out, q, k_cache, v_cache, n_rows, pos, H, Hkv, head_dim, kv_head, kv_head + 1,
-                                      slopes, scratch);
+        attention_decode_range_biased(out, q, cache, n_rows, pos, H, Hkv, head_dim, kv_head, kv_head + 1, slopes,
+                                      scratch);
 }
 
 const k_attention_ops K_ISA_VARIANT_NAME(k_attention_ops) = {

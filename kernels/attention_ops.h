@@ -11,8 +11,8 @@
 typedef struct k_attention_ops {
     __typeof__(k_attention_forward_biased) *forward_biased;
     __typeof__(k_attention_backward_biased) *backward_biased;
-    __typeof__(k_attention_decode_range_biased) *decode_range_biased;
-    __typeof__(k_attention_decode_biased) *decode_biased;
+    __typeof__(k_attention_decode_cache_range_biased) *decode_range_biased;
+    __typeof__(k_attention_decode_cache_biased) *decode_biased;
 } k_attention_ops;
 
 extern const k_attention_ops k_attention_ops_avx512, k_attention_ops_avx2, k_attention_ops_scalar;

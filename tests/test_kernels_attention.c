@@ -458,6 +458,14 @@ static void check_decode(shape s, int64_t n_rows, uint64_t seed) {
 
     const int64_t width = s.H * s.hd;
     float *q_step = alloc_floats(n_rows * width), *out_step = alloc_floats(n_rows * width);
+    float *out_blocks = alloc_floats(n_rows * width), *k_blocks = alloc_floats(kv_size(s)),
+          *v_blocks = alloc_floats(kv_size(s));
+    for (int64_t h = 0; h < s.Hkv; h++)
+        for (int64_t t = 0; t < s.T; t++)
+            for (int64_t i = 0; i < s.hd; i++) {
+                k_blocks[(h * s.T + t) * s.hd + i] = k[(t * s.Hkv + h) * s.hd + i];
+                v_blocks[(h * s.T + t) * s.hd + i] = v[(t * s.Hkv + h) * s.hd + i];
+            }
     for (int64_t pos = 0; pos < s.T; pos++) {
         for (int64_t row = 0; row < n_rows; row++)
             memcpy(q_step + row * width, q_rows[row] + pos * width, (size_t)width * sizeof(float));
@@ -466,6 +474,12 @@ static void check_decode(shape s, int64_t n_rows, uint64_t seed) {
             k_attention_decode_biased(out_step, q_step, k, v, n_rows, pos, s.H, s.Hkv, s.hd, test_slopes, scratch);
         else
             k_attention_decode(out_step, q_step, k, v, n_rows, pos, s.H, s.Hkv, s.hd, scratch);
+        /* the same cache as head blocks [Hkv, T, hd] (eval/decode.c's layout): the same bits */
+        const k_kv_cache blocks = {.k = k_blocks, .v = v_blocks, .pos_stride = s.hd, .head_stride = s.T * s.hd};
+        k_attention_decode_cache_biased(out_blocks, q_step, &blocks, n_rows, pos, s.H, s.Hkv, s.hd, test_slopes,
+                                        scratch);
+        cr_assert(memcmp(out_blocks, out_step, (size_t)(n_rows * width) * sizeof(float)) == 0,
+                  "pos %lld: the head-block cache decodes other bits than the rows", (long long)pos);
         free(scratch);
         for (int64_t row = 0; row < n_rows; row++)
             assert_close("decode", out_step + row * width, want[row] + pos * width, width, 2e-5, 1.0, s);
@@ -475,6 +489,7 @@ static void check_decode(shape s, int64_t n_rows, uint64_t seed) {
                       (long long)pos, out_step[i], full.out[pos * width + i]);
     }
     free(q_step), free(out_step), free(q_rows[0]), free(q_rows[1]), free(k), free(v), free(want[0]), free(want[1]);
+    free(out_blocks), free(k_blocks), free(v_blocks);
     free_result(&full);
 }
 
