@@ -253,7 +253,8 @@ exp_same_run() { # command dir
 
 # A train command (stdin) with its --out value masked.
 exp_without_out() { sed 's/ --out [^ ]* / --out - /'; }
-exp_without_budget() { sed 's/ --out [^ ]* / --out - /; s/ --tokens [^ ]* / --tokens - /'; }
+# ... and its --tokens value too (runs that differ only in their budget).
+exp_without_budget() { exp_without_out | sed 's/ --tokens [^ ]* / --tokens - /'; }
 
 # Where a new run may start from a trunk (EXP_TRUNK_DIRS: study folders of
 # smaller budgets, e.g. a data sweep's smaller D; each run of them trained
