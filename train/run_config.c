@@ -431,6 +431,10 @@ int64_t train_config_total_steps(const train_config *cfg) {
     return steps > 0 ? steps : 1;
 }
 
+int train_config_single_pass_step(const train_config *cfg, int64_t step) {
+    return !cfg->model.feedback || (double)step < cfg->feedback_start * (double)train_config_total_steps(cfg);
+}
+
 int64_t train_config_warmup_steps(const train_config *cfg) {
     if (cfg->warmup_steps >= 0) return cfg->warmup_steps;
     return (int64_t)llround(cfg->warmup_fraction * (double)train_config_total_steps(cfg));

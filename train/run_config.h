@@ -126,5 +126,9 @@ int64_t train_config_tokens_per_step(const train_config *cfg);
 int64_t train_config_total_steps(const train_config *cfg);
 /* Warm-up steps after resolving warmup_fraction. */
 int64_t train_config_warmup_steps(const train_config *cfg);
+/* Whether step `step` (0-based) of a run of cfg trains with a single latent
+ * feedback pass: always without model.feedback, else the first
+ * feedback_start of the steps (SPEC §6.5). */
+int train_config_single_pass_step(const train_config *cfg, int64_t step);
 
 #endif

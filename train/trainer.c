@@ -353,8 +353,7 @@ static dt_status rank_views(trainer *t, int64_t first, int64_t rows) {
  * the trainer's checkpointed stream (so a resumed run draws the same). */
 static int64_t feedback_passes_of_step(trainer *t, int64_t step) {
     const train_config *c = &t->cfg;
-    if (!c->model.feedback) return 1;
-    if ((double)step < c->feedback_start * (double)t->total_steps) return 1;
+    if (train_config_single_pass_step(c, step)) return 1;
     return train_pass_mix_pick(&c->feedback_passes, (double)dt_rng_uniform(&t->state.trainer_rng));
 }
 

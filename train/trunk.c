@@ -19,19 +19,13 @@ int64_t train_trunk_step(const train_config *c) {
     return start > 0 && start < schedule.total_steps ? start : -1;
 }
 
-/* Whether step `step` of a run of c trains with a single feedback pass (the
- * first feedback_start of its steps; trainer.c's feedback_passes_of_step). */
-static int single_pass_phase(const train_config *c, int64_t step) {
-    return !c->model.feedback || (double)step < c->feedback_start * (double)train_config_total_steps(c);
-}
-
 int64_t train_schedule_first_difference(const train_config *a, const train_config *b, int64_t steps) {
     const optim_schedule sa = train_config_schedule(a), sb = train_config_schedule(b);
     for (int64_t step = 0; step < steps; step++) {
         const double lr_a = optim_schedule_lr(&sa, step), lr_b = optim_schedule_lr(&sb, step);
         /* Muon runs at muon_lr on the same shape (trainer_step) */
         if (lr_a != lr_b || a->muon_lr * lr_a / a->lr != b->muon_lr * lr_b / b->lr ||
-            single_pass_phase(a, step) != single_pass_phase(b, step))
+            train_config_single_pass_step(a, step) != train_config_single_pass_step(b, step))
             return step;
     }
     return -1;
