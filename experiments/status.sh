@@ -68,17 +68,20 @@ while IFS= read -r command_file; do
     name=${run#"$ROOT"/}
     log="$run/train.txt"
     [ -f "$log" ] || continue
+    # A run started from a shorter run's WSD trunk (train/trunk.h) says whose.
+    origin=""
+    [ -f "$run/trunk_from" ] && origin=" (from the trunk of $(cat "$run/trunk_from"))"
     if [ -f "$run/done" ]; then
         n_done=$((n_done + 1))
         [ "$show_all" = 1 ] || continue
         final=$(last_line "$log" '^final: val loss')
         detail=$(sed -E 's/^final: val loss ([0-9.]+).*after ([0-9]+) steps.*/val loss \1 after \2 steps/' <<<"$final")
         [ -f "$run/reused_from" ] && detail="$detail (the same run as $(cat "$run/reused_from"))"
-        printf '%-9s %s  %s\n' "done" "$name" "$detail"
+        printf '%-9s %s  %s%s\n' "done" "$name" "$detail" "$origin"
     elif [ -f "$run/train.lock" ] && ! flock -n "$run/train.lock" true 2>/dev/null; then
         n_training=$((n_training + 1))
         progress=$(last_line "$log" '^step [0-9]+/[0-9]+')
-        printf '%-9s %s  %s\n' training "$name" "${progress:+$(training_position "$run" "$progress")}"
+        printf '%-9s %s  %s%s\n' training "$name" "${progress:+$(training_position "$run" "$progress")}" "$origin"
     elif [ -f "$run/checkpoint.h5" ]; then
         n_stopped=$((n_stopped + 1))
         stop=$(last_line "$log" '^(stopped|finished|== resumed|step [0-9]+/)')
@@ -87,7 +90,7 @@ while IFS= read -r command_file; do
         "== resumed"*) detail="cut off after a resume, before its first progress line" ;;
         *) detail="cut off after $(progress_of "${stop:-step ?/?}" | sed 's/,.*//'); its checkpoint is the last periodic one" ;;
         esac
-        printf '%-9s %s  %s; the next invocation resumes it\n' stopped "$name" "$detail"
+        printf '%-9s %s  %s%s; the next invocation resumes it\n' stopped "$name" "$detail" "$origin"
     else
         n_cut=$((n_cut + 1))
         printf '%-9s %s  no checkpoint: the next invocation starts it again\n' unfinished "$name"

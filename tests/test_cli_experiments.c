@@ -734,4 +734,11 @@ Test(cli_experiments, a_dsweep_run_from_a_smaller_ds_trunk_is_the_run_from_scrat
         free(records_with);
         free(records_without);
     }
+    /* experiments/status.sh --all says which finished runs started from a trunk, and whose. */
+    snprintf(command, sizeof command,
+             "'%s/experiments/status.sh' --all '%s/trunks' >'%s/status.txt' 2>&1 && "
+             "grep -q '^done .*D20/twin/seed1  .*(from the trunk of .*D10/twin/seed1)$' '%s/status.txt' && "
+             "! grep -q 'D10/twin/seed1  .*from the trunk' '%s/status.txt'",
+             source, work_dir, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "status.sh did not name the trunk (see %s/status.txt)", work_dir);
 }
