@@ -624,7 +624,7 @@ Test(cli_experiments, the_bf16_bridge_pairs_each_seeds_gap_across_precisions, .i
     cr_assert(f != NULL, "%s is missing", path);
     char line[1024];
     int n_base = 0, n_twin = 0;
-    double twin_diff_sum = 0;
+    double twin_diff_sum = 0, bf16_loss_sum[2] = {0, 0}; /* over the seeds: bf16 base, bf16 twin */
     while (fgets(line, sizeof line, f)) {
         char *fields[11];
         cr_assert_eq(split_tabs(line, fields, 11), 10, "%s: a line without 10 columns", path);
@@ -658,6 +658,8 @@ Test(cli_experiments, the_bf16_bridge_pairs_each_seeds_gap_across_precisions, .i
         } else {
             n_twin++;
             twin_diff_sum += diff;
+            bf16_loss_sum[0] += loss[1][0];
+            bf16_loss_sum[1] += loss[1][1];
         }
     }
     fclose(f);
@@ -671,6 +673,36 @@ Test(cli_experiments, the_bf16_bridge_pairs_each_seeds_gap_across_precisions, .i
     const double mean = strtod(strstr(analysis, "mean ") + 5, NULL);
     cr_assert_float_eq(mean, twin_diff_sum / 2, 2e-4, "%s: mean %g, the logs give %g", path, mean, twin_diff_sum / 2);
     free(md);
+
+    /* gap_both.tsv (the figure of both series): each series' twin line of
+     * its own gap.tsv, the arm named with its precision: 3 pairs in fp32, 2
+     * in bf16, and the bf16 mean gap is the logs' mean difference over the
+     * mean baseline (dbranch compare's "diff %"). */
+    snprintf(path, sizeof path, "%s/out/dsweep-bf16/gap_both.tsv", work_dir);
+    f = fopen(path, "r");
+    cr_assert(f != NULL, "%s is missing", path);
+    int seen_fp32 = 0, seen_bf16 = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *fields[11];
+        cr_assert_eq(split_tabs(line, fields, 11), 10, "%s: a line without 10 columns", path);
+        cr_assert(!strcmp(fields[0], "10"), "%s: D %s", path, fields[0]);
+        if (!strcmp(fields[1], "twin/fp32")) {
+            seen_fp32++;
+            cr_assert_eq(atoi(fields[2]), 3, "%s: twin/fp32 has %s pairs, not 3", path, fields[2]);
+        } else {
+            cr_assert_str_eq(fields[1], "twin/bf16", "%s: an arm not named arm/precision", path);
+            seen_bf16++;
+            cr_assert_eq(atoi(fields[2]), 2, "%s: twin/bf16 has %s pairs, not 2", path, fields[2]);
+            const double expected = 100 * (bf16_loss_sum[1] - bf16_loss_sum[0]) / bf16_loss_sum[0];
+            double mean_gap;
+            cr_assert(is_finite_number(fields[3], &mean_gap), "%s: mean gap '%s'", path, fields[3]);
+            cr_assert_float_eq(mean_gap, expected, 2e-3, "%s: twin/bf16 mean gap %g, the logs give %g", path, mean_gap,
+                               expected);
+        }
+    }
+    fclose(f);
+    cr_assert(seen_fp32 == 1 && seen_bf16 == 1, "%s: %d twin/fp32 and %d twin/bf16 lines, expected 1 each", path,
+              seen_fp32, seen_bf16);
 }
 
 /* The step and eval records of a log with their timing fields cut, one

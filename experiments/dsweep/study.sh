@@ -187,6 +187,33 @@ dsweep_bridge_report() {
         done
     } >"$md"
     rm -f "$tsv.column"
+    dsweep_bridge_plot "$fp32_dir"
+}
+
+# gap_vs_d_both.png of a bf16 series: the gap against D of both series on
+# one figure, each arm twice ("twin/fp32", "twin/bf16"), so the curve the
+# bridge joins is seen whole (gap_both.tsv: the two series' gap.tsv lines,
+# arm names suffixed, sorted by arm and D).
+dsweep_bridge_plot() { # fp32-dir
+    local both="$OUT/$DSWEEP_DIR/gap_both.tsv" arms=() arm precision dir
+    : >"$both.unsorted"
+    for precision in fp32 bf16; do
+        dir=$OUT/$1
+        [ "$precision" = fp32 ] || dir=$OUT/$DSWEEP_DIR
+        [ -s "$dir/gap.tsv" ] || continue
+        awk -F'\t' -v OFS='\t' -v p="$precision" '{ $2 = $2 "/" p; print }' "$dir/gap.tsv" >>"$both.unsorted"
+    done
+    sort -t$'\t' -k2,2 -k1,1n "$both.unsorted" >"$both"
+    rm -f "$both.unsorted"
+    exp_have_gnuplot || return 0
+    [ -s "$both" ] || return 0
+    for arm in $DSWEEP_ARMS; do
+        for precision in fp32 bf16; do
+            ! grep -q $'\t'"$arm/$precision"$'\t' "$both" || arms+=("$arm/$precision")
+        done
+    done
+    gnuplot -e "data='$both'; arms='${arms[*]}'; out='$OUT/$DSWEEP_DIR/gap_vs_d_both.png'; plot_title='$1 and $DSWEEP_DIR: each arm vs its own baseline, paired by seed'" \
+        "$ROOT/experiments/plot/gap_vs_d.gp"
 }
 
 study_dsweep() {
