@@ -195,16 +195,11 @@ dsweep_bridge_report() {
 # bridge joins is seen whole (gap_both.tsv: the two series' gap.tsv lines,
 # arm names suffixed, sorted by arm and D).
 dsweep_bridge_plot() { # fp32-dir
-    local both="$OUT/$DSWEEP_DIR/gap_both.tsv" arms=() arm precision dir
-    : >"$both.unsorted"
-    for precision in fp32 bf16; do
-        dir=$OUT/$1
-        [ "$precision" = fp32 ] || dir=$OUT/$DSWEEP_DIR
-        [ -s "$dir/gap.tsv" ] || continue
-        awk -F'\t' -v OFS='\t' -v p="$precision" '{ $2 = $2 "/" p; print }' "$dir/gap.tsv" >>"$both.unsorted"
-    done
-    sort -t$'\t' -k2,2 -k1,1n "$both.unsorted" >"$both"
-    rm -f "$both.unsorted"
+    local both="$OUT/$DSWEEP_DIR/gap_both.tsv" fp32_gaps="$OUT/$1/gap.tsv" arms=() arm precision
+    # this series' gap.tsv is written before this report; the fp32 one by its own invocations
+    [ -f "$fp32_gaps" ] || return 0
+    awk -F'\t' -v OFS='\t' -v fp32="$fp32_gaps" '{ $2 = $2 "/" (FILENAME == fp32 ? "fp32" : "bf16"); print }' \
+        "$fp32_gaps" "$OUT/$DSWEEP_DIR/gap.tsv" | sort -t$'\t' -k2,2 -k1,1n >"$both"
     exp_have_gnuplot || return 0
     [ -s "$both" ] || return 0
     for arm in $DSWEEP_ARMS; do
