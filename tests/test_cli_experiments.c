@@ -599,6 +599,18 @@ static double final_loss_at(const char *path) {
     return strtod(p + 7, NULL);
 }
 
+/* The markdown report at path has the line item that starts with prefix
+ * (dbranch compare --differences' analysis, ending in "mean "), and its mean
+ * is expected (computed from the runs' logs). */
+static void check_analysis_mean(const char *path, const char *prefix, double expected) {
+    char *md = test_slurp(path);
+    const char *analysis = strstr(md, prefix);
+    cr_assert(analysis != NULL, "%s has no line '%s...':\n%s", path, prefix, md);
+    const double mean = strtod(analysis + strlen(prefix), NULL);
+    cr_assert_float_eq(mean, expected, 2e-4, "%s: mean %g, the logs give %g", path, mean, expected);
+    free(md);
+}
+
 /* The bf16 bridge of the data sweep (experiments/dsweep/study.sh,
  * dsweep_bridge_report): a bf16 series against the fp32 series of the same
  * config, per seed finished in both, the arm's gap to its baseline in each
@@ -667,12 +679,7 @@ Test(cli_experiments, the_bf16_bridge_pairs_each_seeds_gap_across_precisions, .i
               n_twin);
 
     snprintf(path, sizeof path, "%s/out/dsweep-bf16/bridge.md", work_dir);
-    char *md = test_slurp(path);
-    const char *analysis = strstr(md, "- twin, bf16 gap - fp32 gap (points): 2 differences: mean ");
-    cr_assert(analysis != NULL, "%s has no analysis of the twin's 2 differences:\n%s", path, md);
-    const double mean = strtod(strstr(analysis, "mean ") + 5, NULL);
-    cr_assert_float_eq(mean, twin_diff_sum / 2, 2e-4, "%s: mean %g, the logs give %g", path, mean, twin_diff_sum / 2);
-    free(md);
+    check_analysis_mean(path, "- twin, bf16 gap - fp32 gap (points): 2 differences: mean ", twin_diff_sum / 2);
 
     /* gap_both.tsv (the figure of both series): each series' twin line of
      * its own gap.tsv, the arm named with its precision: 3 pairs in fp32, 2
@@ -731,21 +738,73 @@ static char *log_records_without_timing(const char *path) {
     return text;
 }
 
+/* trend.tsv / trend.md of a dsweep series trained at D = 10 and 20 with
+ * seeds 1 and 2 (experiments/dsweep/study.sh, dsweep_trend_report): per
+ * seed, the twin's gap to its baseline at each D and its change, each
+ * recomputed from the runs' logs, and trend.md's analysis of the changes
+ * has their mean. */
+static void check_trend_report(const char *out_dir) {
+    char path[512], line[1024];
+    snprintf(path, sizeof path, "%s/trunks/dsweep/trend.tsv", out_dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL, "%s is missing", path);
+    int seen[3] = {0, 0, 0};
+    double change_sum = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *fields[8];
+        cr_assert_eq(split_tabs(line, fields, 8), 7, "%s: a line without 7 columns", path);
+        const int seed = atoi(fields[3]);
+        cr_assert(!strcmp(fields[0], "twin") && !strcmp(fields[1], "10") && !strcmp(fields[2], "20") && seed >= 1 &&
+                      seed <= 2,
+                  "%s: arm %s, D %s to %s, seed %d (only the twin, D 10 to 20, seeds 1-2)", path, fields[0], fields[1],
+                  fields[2], seed);
+        seen[seed]++;
+        double gap[2];
+        for (int d = 0; d < 2; d++) {
+            double loss[2];
+            for (int a = 0; a < 2; a++) {
+                char log[512];
+                snprintf(log, sizeof log, "%s/trunks/dsweep/D%s/%s/seed%d/log.jsonl", out_dir, d ? "20" : "10",
+                         a ? "twin" : "base", seed);
+                loss[a] = final_loss_at(log);
+            }
+            gap[d] = 100 * (loss[1] - loss[0]) / loss[0];
+        }
+        const double expected[3] = {gap[0], gap[1], gap[1] - gap[0]};
+        for (int i = 0; i < 3; i++) {
+            double value;
+            cr_assert(is_finite_number(fields[4 + i], &value), "%s: column %d '%s'", path, 5 + i, fields[4 + i]);
+            cr_assert_float_eq(value, expected[i], 2e-4, "%s seed %d column %d: %g, the logs give %g", path, seed,
+                               5 + i, value, expected[i]);
+        }
+        change_sum += expected[2];
+    }
+    fclose(f);
+    cr_assert(seen[1] == 1 && seen[2] == 1, "%s: %d lines of seed 1 and %d of seed 2, expected 1 each", path, seen[1],
+              seen[2]);
+    snprintf(path, sizeof path, "%s/trunks/dsweep/trend.md", out_dir);
+    check_analysis_mean(path, "- twin, change of the gap (points): 2 differences: mean ", change_sum / 2);
+}
+
 /* Trunks in the data sweep (train/trunk.h): a D = 20 run starts from the
  * D = 10 run of its arm and seed (its trunk.h5, kept because every dsweep
  * run saves one) and ends with the same log, record for record, as the
- * D = 20 run trained from step 0 without trunks (EXP_SAVE_TRUNK=0). */
+ * D = 20 run trained from step 0 without trunks (EXP_SAVE_TRUNK=0). The
+ * series with trunks has seeds 1 and 2 at both D, so its trend report (how
+ * the gap moves with D) is checked here too. */
 Test(cli_experiments, a_dsweep_run_from_a_smaller_ds_trunk_is_the_run_from_scratch, .init = setup, .fini = teardown,
      .timeout = 300) {
     const char *source = source_dir();
     test_dbranch_binary();
     char command[2048], path[512];
-    static const char *invocations[2][3] = {{"", "10 20", "trunks"}, {"EXP_SAVE_TRUNK=0 ", "20", "scratch"}};
+    static const char *invocations[2][4] = {{"", "10 20", "1 2", "trunks"},
+                                            {"EXP_SAVE_TRUNK=0 ", "20", "1", "scratch"}};
     for (int i = 0; i < 2; i++) {
         snprintf(command, sizeof command,
-                 "%s'%s/experiments/run.sh' dsweep --quick --threads 1 --d '%s' --rows 'base twin' --seeds 1 "
+                 "%s'%s/experiments/run.sh' dsweep --quick --threads 1 --d '%s' --rows 'base twin' --seeds '%s' "
                  "--out '%s/%s' --data-dir '%s/data' >>'%s/run.txt' 2>&1",
-                 invocations[i][0], source, invocations[i][1], work_dir, invocations[i][2], work_dir, work_dir);
+                 invocations[i][0], source, invocations[i][1], invocations[i][2], work_dir, invocations[i][3], work_dir,
+                 work_dir);
         cr_assert_eq(system(command), 0, "the %s invocation failed (see %s/run.txt)", invocations[i][2], work_dir);
     }
     static const char *arms[] = {"base", "twin"};
@@ -773,4 +832,5 @@ Test(cli_experiments, a_dsweep_run_from_a_smaller_ds_trunk_is_the_run_from_scrat
              "! grep -q 'D10/twin/seed1  .*from the trunk' '%s/status.txt'",
              source, work_dir, work_dir, work_dir, work_dir);
     cr_assert_eq(system(command), 0, "status.sh did not name the trunk (see %s/status.txt)", work_dir);
+    check_trend_report(work_dir);
 }

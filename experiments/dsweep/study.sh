@@ -116,6 +116,82 @@ dsweep_gap_report() {
         "$ROOT/experiments/plot/gap_vs_d.gp"
 }
 
+# One markdown list item: "- LABEL: " and dbranch compare --differences of
+# the per-seed numbers in FILE (one a line), or the arm's name and "1 seed,
+# no interval yet"; nothing for an empty FILE. LABEL starts with the arm.
+dsweep_analysis_line() { # label file
+    [ -s "$2" ] || return 0
+    if [ "$(wc -l <"$2")" -lt 2 ]; then
+        printf -- '- %s: 1 seed, no interval yet\n' "${1%%,*}"
+        return 0
+    fi
+    printf -- '- %s: %s\n' "$1" "$("$DBRANCH" compare --differences "$2" 2>&1 | sed 's/ from [^:]*:/:/')"
+}
+
+# trend.md / trend.tsv: does each arm's gap move with D? Per arm and pair
+# of neighbouring D trained so far, per seed finished at both (the arm and
+# its baseline at each D): the gap at the smaller D and at the larger (% of
+# that D's baseline) and its change, larger D's minus smaller D's, in
+# percentage points; negative when an arm ahead of its baseline gets
+# further ahead with data (the paper's figure: the gap stays or opens). The
+# change is paired within a seed (same data order and initial values at
+# both D; at D >= 20 a run continues the smaller D's trunk), so a seed's
+# own offset cancels. Analysis per arm and pair of D: dbranch compare
+# --differences of the changes.
+# trend.tsv: arm d_small d_large seed gap_small gap_large change
+dsweep_trend_report() {
+    local series="$OUT/$DSWEEP_DIR" tsv="$OUT/$DSWEEP_DIR/trend.tsv" md="$OUT/$DSWEEP_DIR/trend.md" dir ds=() i
+    for dir in "$series"/D*/; do
+        dir=${dir%/}
+        [ -s "$dir/final.tsv" ] && ds+=("${dir##*/D}")
+    done
+    [ ${#ds[@]} -ge 2 ] || return 0
+    mapfile -t ds < <(printf '%s\n' "${ds[@]}" | sort -n)
+    : >"$tsv"
+    for ((i = 0; i + 1 < ${#ds[@]}; i++)); do
+        # final.tsv: row seed tokens loss ...; the smaller D's file first
+        awk -F'\t' -v small="${ds[i]}" -v large="${ds[i + 1]}" -v arms="$DSWEEP_ARMS" '
+            FNR == NR { at_small[$1 SUBSEP $2] = $4; next }
+            { at_large[$1 SUBSEP $2] = $4; seeds[$2] = 1 }
+            function gap(losses, arm, seed) {
+                return 100 * (losses[arm SUBSEP seed] - losses["base" SUBSEP seed]) / losses["base" SUBSEP seed]
+            }
+            END {
+                n_arms = split(arms, arm_list, " ")
+                for (a = 1; a <= n_arms; a++) {
+                    arm = arm_list[a]
+                    if (arm == "base") continue
+                    for (seed = 1; seed <= 999; seed++) {
+                        if (!(seed in seeds)) continue
+                        if (!((arm SUBSEP seed) in at_small) || !(("base" SUBSEP seed) in at_small) ||
+                            !((arm SUBSEP seed) in at_large) || !(("base" SUBSEP seed) in at_large)) continue
+                        g_small = gap(at_small, arm, seed); g_large = gap(at_large, arm, seed)
+                        printf "%s\t%s\t%s\t%d\t%.4f\t%.4f\t%.4f\n", arm, small, large, seed, g_small, g_large,
+                            g_large - g_small
+                    }
+                }
+            }' "$series/D${ds[i]}/final.tsv" "$series/D${ds[i + 1]}/final.tsv" >>"$tsv"
+    done
+    {
+        printf '# How the gap moves with D, seed by seed: %s\n\n' "$DSWEEP_DIR"
+        printf 'Per arm and pair of neighbouring D, each seed finished at both: the arm'"'"'s gap to its baseline (%% of the baseline) at each D and the **change**, larger D minus smaller, in percentage points: negative when an arm ahead of its baseline gets further ahead with data. Paired within a seed, so a seed'"'"'s own offset cancels. Analysis: `dbranch compare --differences` of the changes. Numbers: trend.tsv.\n'
+        [ -s "$tsv" ] || printf '\nNo seed has finished an arm and its baseline at two D yet.\n'
+        local pair arm
+        for pair in $(cut -f2,3 "$tsv" | tr '\t' : | sort -t: -k1,1n -u); do
+            local small=${pair%:*} large=${pair#*:}
+            printf '\n## D = %s to %s\n\n' "$small" "$large"
+            printf '| arm | seed | gap at D = %s | gap at D = %s | change (points) |\n|---|---|---|---|---|\n' "$small" "$large"
+            awk -F'\t' -v small="$small" '$2 == small { printf "| %s | %s | %+.2f%% | %+.2f%% | %+.2f |\n", $1, $4, $5, $6, $7 }' "$tsv"
+            printf '\n'
+            for arm in $DSWEEP_ARMS; do
+                awk -F'\t' -v small="$small" -v arm="$arm" '$2 == small && $1 == arm { print $7 }' "$tsv" >"$tsv.column"
+                dsweep_analysis_line "$arm, change of the gap (points)" "$tsv.column"
+            done
+        done
+    } >"$md"
+    rm -f "$tsv.column"
+}
+
 # bridge.md / bridge.tsv of a bf16 series (OUT/<dir>-bf16...), against the
 # fp32 series of the same config (the folder without "-bf16"): per D, arm and
 # seed finished in both, the arm's gap to its baseline (% of the baseline)
@@ -176,13 +252,7 @@ dsweep_bridge_report() {
             local arm
             for arm in $DSWEEP_ARMS; do
                 awk -F'\t' -v d="$d" -v arm="$arm" '$1 == d && $2 == arm { print $10 }' "$tsv" >"$tsv.column"
-                [ -s "$tsv.column" ] || continue
-                if [ "$(wc -l <"$tsv.column")" -lt 2 ]; then
-                    printf -- '- %s: 1 seed, no interval yet\n' "$arm"
-                    continue
-                fi
-                printf -- '- %s%s: %s\n' "$arm" "$([ "$arm" = base ] && echo ", the baseline's change bf16 vs fp32 (%)" || echo ", bf16 gap - fp32 gap (points)")" \
-                    "$("$DBRANCH" compare --differences "$tsv.column" 2>&1 | sed 's/ from [^:]*:/:/')"
+                dsweep_analysis_line "$arm$([ "$arm" = base ] && echo ", the baseline's change bf16 vs fp32 (%)" || echo ", bf16 gap - fp32 gap (points)")" "$tsv.column"
             done
         done
     } >"$md"
@@ -310,5 +380,6 @@ study_dsweep() {
         dsweep_compare "${dir##*/D}"
     done
     dsweep_gap_report
+    dsweep_trend_report
     dsweep_bridge_report
 }
