@@ -741,15 +741,15 @@ static char *log_records_without_timing(const char *path) {
 /* trend.tsv / trend.md of a dsweep series trained at D = 10 and 20 with
  * seeds 1 and 2 (experiments/dsweep/study.sh, dsweep_trend_report): per
  * seed, the twin's gap to its baseline at each D and its change, each
- * recomputed from the runs' logs, and trend.md's analysis of the changes
- * has their mean. */
+ * recomputed from the runs' logs; trend.md's analysis of the changes has
+ * their mean; gap_seeds.tsv has the same gaps. */
 static void check_trend_report(const char *out_dir) {
     char path[512], line[1024];
     snprintf(path, sizeof path, "%s/trunks/dsweep/trend.tsv", out_dir);
     FILE *f = fopen(path, "r");
     cr_assert(f != NULL, "%s is missing", path);
     int seen[3] = {0, 0, 0};
-    double change_sum = 0;
+    double change_sum = 0, gaps[3][2] = {{0}}; /* [seed][D 10, D 20], from the logs */
     while (fgets(line, sizeof line, f)) {
         char *fields[8];
         cr_assert_eq(split_tabs(line, fields, 8), 7, "%s: a line without 7 columns", path);
@@ -778,12 +778,35 @@ static void check_trend_report(const char *out_dir) {
                                5 + i, value, expected[i]);
         }
         change_sum += expected[2];
+        gaps[seed][0] = gap[0];
+        gaps[seed][1] = gap[1];
     }
     fclose(f);
     cr_assert(seen[1] == 1 && seen[2] == 1, "%s: %d lines of seed 1 and %d of seed 2, expected 1 each", path, seen[1],
               seen[2]);
     snprintf(path, sizeof path, "%s/trunks/dsweep/trend.md", out_dir);
     check_analysis_mean(path, "- twin, change of the gap (points): 2 differences: mean ", change_sum / 2);
+    /* gap_seeds.tsv, the figure's data: the same gaps, one line per D and
+     * seed, in the order of the figure's lines (seed, then D). */
+    snprintf(path, sizeof path, "%s/trunks/dsweep/gap_seeds.tsv", out_dir);
+    f = fopen(path, "r");
+    cr_assert(f != NULL, "%s is missing", path);
+    static const char *expected_keys[4] = {"twin 10 1", "twin 20 1", "twin 10 2", "twin 20 2"};
+    int n_lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *fields[5], key[sizeof line + 2];
+        cr_assert_eq(split_tabs(line, fields, 5), 4, "%s: a line without 4 columns", path);
+        cr_assert_lt(n_lines, 4, "%s: more than 4 lines", path);
+        snprintf(key, sizeof key, "%s %s %s", fields[0], fields[1], fields[2]);
+        cr_assert_str_eq(key, expected_keys[n_lines], "%s: line %d is %s", path, n_lines + 1, key);
+        double value;
+        cr_assert(is_finite_number(fields[3], &value), "%s: gap '%s'", path, fields[3]);
+        const double expected = gaps[atoi(fields[2])][!strcmp(fields[1], "20")];
+        cr_assert_float_eq(value, expected, 2e-4, "%s %s: %g, the logs give %g", path, key, value, expected);
+        n_lines++;
+    }
+    fclose(f);
+    cr_assert_eq(n_lines, 4, "%s: %d lines, expected 4", path, n_lines);
 }
 
 /* Trunks in the data sweep (train/trunk.h): a D = 20 run starts from the

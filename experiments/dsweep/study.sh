@@ -140,38 +140,47 @@ dsweep_analysis_line() { # label file
 # --differences of the changes.
 # trend.tsv: arm d_small d_large seed gap_small gap_large change
 dsweep_trend_report() {
-    local series="$OUT/$DSWEEP_DIR" tsv="$OUT/$DSWEEP_DIR/trend.tsv" md="$OUT/$DSWEEP_DIR/trend.md" dir ds=() i
+    local series="$OUT/$DSWEEP_DIR" tsv="$OUT/$DSWEEP_DIR/trend.tsv" md="$OUT/$DSWEEP_DIR/trend.md" dir ds=()
     for dir in "$series"/D*/; do
         dir=${dir%/}
         [ -s "$dir/final.tsv" ] && ds+=("${dir##*/D}")
     done
     [ ${#ds[@]} -ge 2 ] || return 0
     mapfile -t ds < <(printf '%s\n' "${ds[@]}" | sort -n)
-    : >"$tsv"
-    for ((i = 0; i + 1 < ${#ds[@]}; i++)); do
-        # final.tsv: row seed tokens loss ...; the smaller D's file first
-        awk -F'\t' -v small="${ds[i]}" -v large="${ds[i + 1]}" -v arms="$DSWEEP_ARMS" '
-            FNR == NR { at_small[$1 SUBSEP $2] = $4; next }
-            { at_large[$1 SUBSEP $2] = $4; seeds[$2] = 1 }
-            function gap(losses, arm, seed) {
-                return 100 * (losses[arm SUBSEP seed] - losses["base" SUBSEP seed]) / losses["base" SUBSEP seed]
-            }
+    # gap_seeds.tsv: arm D seed gap (%), each seed whose arm and baseline finished at D,
+    # sorted by arm (in DSWEEP_ARMS order), seed and D: one figure line per arm and seed
+    local d
+    for d in "${ds[@]}"; do
+        # final.tsv: row seed tokens loss ...
+        awk -F'\t' -v d="$d" -v arms="$DSWEEP_ARMS" '
+            { loss[$1 SUBSEP $2] = $4; seeds[$2] = 1 }
             END {
                 n_arms = split(arms, arm_list, " ")
                 for (a = 1; a <= n_arms; a++) {
                     arm = arm_list[a]
-                    if (arm == "base") continue
                     for (seed = 1; seed <= 999; seed++) {
-                        if (!(seed in seeds)) continue
-                        if (!((arm SUBSEP seed) in at_small) || !(("base" SUBSEP seed) in at_small) ||
-                            !((arm SUBSEP seed) in at_large) || !(("base" SUBSEP seed) in at_large)) continue
-                        g_small = gap(at_small, arm, seed); g_large = gap(at_large, arm, seed)
-                        printf "%s\t%s\t%s\t%d\t%.4f\t%.4f\t%.4f\n", arm, small, large, seed, g_small, g_large,
-                            g_large - g_small
+                        if (arm == "base" || !(seed in seeds)) continue
+                        if (!((arm SUBSEP seed) in loss) || !(("base" SUBSEP seed) in loss)) continue
+                        base = loss["base" SUBSEP seed]
+                        printf "%d\t%s\t%s\t%d\t%.6f\n", a, arm, d, seed, 100 * (loss[arm SUBSEP seed] - base) / base
                     }
                 }
-            }' "$series/D${ds[i]}/final.tsv" "$series/D${ds[i + 1]}/final.tsv" >>"$tsv"
-    done
+            }' "$series/D$d/final.tsv"
+    done | sort -t$'\t' -k1,1n -k4,4n -k3,3n | cut -f2- >"$series/gap_seeds.tsv" # the arm's index: DSWEEP_ARMS order
+    # trend.tsv: the same seed's gaps at neighbouring D
+    awk -F'\t' -v ds="${ds[*]}" '
+        BEGIN { n = split(ds, d_list, " "); for (i = 1; i < n; i++) larger[d_list[i]] = d_list[i + 1] }
+        { gap[$1 SUBSEP $2 SUBSEP $3] = $4; line[++n_lines] = $1 SUBSEP $2 SUBSEP $3 }
+        END {
+            for (l = 1; l <= n_lines; l++) {
+                split(line[l], key, SUBSEP)
+                arm = key[1]; small = key[2]; seed = key[3]
+                if (!(small in larger) || !((arm SUBSEP larger[small] SUBSEP seed) in gap)) continue
+                g_small = gap[line[l]]; g_large = gap[arm SUBSEP larger[small] SUBSEP seed]
+                printf "%s\t%s\t%s\t%d\t%.4f\t%.4f\t%.4f\n", arm, small, larger[small], seed, g_small, g_large,
+                    g_large - g_small
+            }
+        }' "$series/gap_seeds.tsv" >"$tsv"
     {
         printf '# How the gap moves with D, seed by seed: %s\n\n' "$DSWEEP_DIR"
         printf 'Per arm and pair of neighbouring D, each seed finished at both: the arm'"'"'s gap to its baseline (%% of the baseline) at each D and the **change**, larger D minus smaller, in percentage points: negative when an arm ahead of its baseline gets further ahead with data. Paired within a seed, so a seed'"'"'s own offset cancels. Analysis: `dbranch compare --differences` of the changes. Numbers: trend.tsv.\n'
@@ -190,6 +199,13 @@ dsweep_trend_report() {
         done
     } >"$md"
     rm -f "$tsv.column"
+    exp_have_gnuplot || return 0
+    [ -s "$series/gap_seeds.tsv" ] || return 0
+    local arms series_names
+    arms=$(cut -f1 "$series/gap_seeds.tsv" | uniq | tr '\n' ' ')
+    series_names=$(cut -f1,3 "$series/gap_seeds.tsv" | tr '\t' : | uniq | tr '\n' ' ')
+    gnuplot -e "data='$series/gap_seeds.tsv'; arms='$arms'; series='$series_names'; out='$series/gap_seeds_vs_d.png'; plot_title='$DSWEEP_DIR: each seed against its own baseline'" \
+        "$ROOT/experiments/plot/gap_seeds_vs_d.gp"
 }
 
 # bridge.md / bridge.tsv of a bf16 series (OUT/<dir>-bf16...), against the
