@@ -828,7 +828,7 @@ Test(cli_experiments, a_dsweep_run_from_a_smaller_ds_trunk_is_the_run_from_scrat
                  "--out '%s/%s' --data-dir '%s/data' >>'%s/run.txt' 2>&1",
                  invocations[i][0], source, invocations[i][1], invocations[i][2], work_dir, invocations[i][3], work_dir,
                  work_dir);
-        cr_assert_eq(system(command), 0, "the %s invocation failed (see %s/run.txt)", invocations[i][2], work_dir);
+        cr_assert_eq(system(command), 0, "the %s invocation failed (see %s/run.txt)", invocations[i][3], work_dir);
     }
     static const char *arms[] = {"base", "twin"};
     for (int a = 0; a < 2; a++) {
