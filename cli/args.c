@@ -4,11 +4,8 @@
  * that takes one value is refused when given twice (rather than "the last one
  * wins", which hides a typo in a long command line). */
 #include <errno.h>
-#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -39,20 +36,4 @@ dt_status cli_option_pair(int argc, char **argv, int *i, cli_seen *seen, const c
     *name = a;
     *value = argv[++*i];
     return DT_OK;
-}
-
-dt_status cli_check_output_dir(const char *option, const char *path) {
-    char *copy = strdup(path);
-    if (!copy) return dt_errorf("%s '%s': out of memory", option, path);
-    const char *dir = dirname(copy); /* "." for a bare file name */
-    struct stat st;
-    dt_status status = DT_OK;
-    if (stat(dir, &st) != 0)
-        status = dt_errorf("%s '%s': directory '%s' does not exist", option, path, dir);
-    else if (!S_ISDIR(st.st_mode))
-        status = dt_errorf("%s '%s': '%s' is not a directory", option, path, dir);
-    else if (access(dir, W_OK | X_OK) != 0)
-        status = dt_errorf("%s '%s': directory '%s' is not writable", option, path, dir);
-    free(copy);
-    return status;
 }

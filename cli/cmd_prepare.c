@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cli/commands.h"
+#include "core/output_dir.h"
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
@@ -39,7 +40,8 @@ static void print_help(void) {
            "                      (64 KiB blocks drawn without replacement, in corpus order; 0 = all of\n"
            "                      it, the default); the whole corpus is still encoded\n"
            "  --val-fraction F    fraction of the corpus held out for validation, in (0, 1) (default 0.05)\n"
-           "  --out PATH          the token file to write (written as PATH.tmp, then renamed)\n"
+           "  --out PATH          the token file to write (written as PATH.tmp, then renamed;\n"
+           "                      its missing directories are made)\n"
            "\n"
            "Token ids another trainer made: dbranch prepare --from llmc|nanogpt --train-file FILE...\n"
            "  --val-file FILE... --vocab N --out DATA.h5 reads llm.c / modded-nanogpt shards (llmc: 256-int32\n"
@@ -136,7 +138,7 @@ int cmd_prepare(int argc, char **argv) {
 
     /* Validate everything before reading a byte. */
     if (!out_path) return fail("%s", "--out PATH is required");
-    if (cli_check_output_dir("--out", out_path) != DT_OK) return cli_fail("prepare");
+    if (dt_make_output_parent("--out", out_path) != DT_OK) return cli_fail("prepare");
     if (preset && n_inputs) return fail("%s", "use either --input or --preset, not both");
     if (!preset && !n_inputs) return fail("%s", "give --input FILE... or --preset kjv|pycode|large");
     for (int i = 0; i < n_inputs; i++)

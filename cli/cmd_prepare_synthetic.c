@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "core/output_dir.h"
 #include "data/synthetic.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
@@ -39,7 +40,7 @@ int cmd_prepare_synthetic(int argc, char **argv) {
         i++;
     }
     if (!out_path) return fail("%s", "--out PATH is required");
-    if (cli_check_output_dir("--out", out_path) != DT_OK) return cli_fail("prepare");
+    if (dt_make_output_parent("--out", out_path) != DT_OK) return cli_fail("prepare");
     int64_t seed = 1;
     if (option_int(argc, argv, "--seed", 0, INT64_MAX, &seed)) return 1;
     data_records records;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "core/output_dir.h"
 #include "data/tokenizer.h"
 #include "data/tokens.h"
 #include "interop/token_shards.h"
@@ -42,7 +43,7 @@ int cmd_prepare_tokens(int argc, char **argv) {
     interop_shard_format format;
     if (interop_shard_format_parse(from, &format) != DT_OK) return cli_fail("prepare");
     if (!out_path) return fail("%s", "--out PATH is required");
-    if (cli_check_output_dir("--out", out_path) != DT_OK) return cli_fail("prepare");
+    if (dt_make_output_parent("--out", out_path) != DT_OK) return cli_fail("prepare");
     if (!n_files[0] || !n_files[1]) return fail("%s", "--from needs --train-file FILE... and --val-file FILE...");
     if (!vocab_text) return fail("%s", "--from needs --vocab N (the tokenizer's size, e.g. 50257 for GPT-2)");
     char *end = NULL;

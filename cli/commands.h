@@ -62,9 +62,5 @@ dt_status cli_once(cli_seen *seen, const char *option);
  * when not NULL). */
 dt_status cli_option_pair(int argc, char **argv, int *i, cli_seen *seen, const char *repeatable, const char **name,
                           const char **value);
-/* The directory a file option writes into exists and is writable, checked
- * before a long command reads its input (a prepare of the large corpus works
- * for a minute before it writes). */
-dt_status cli_check_output_dir(const char *option, const char *path);
 
 #endif

@@ -162,10 +162,11 @@ Test(cli_reliability, prepare_refuses_out_equal_to_an_input) {
     cr_assert_eq(after.st_ino, before.st_ino, "the corpus was replaced");
 }
 
-Test(cli_reliability, prepare_into_a_missing_directory_fails_before_reading) {
-    /* The large preset reads and encodes for a minute before it writes: the
-     * missing directory must be named up front, not after the work. Each
-     * form of prepare (text, shards, synthetic) checks it. */
+Test(cli_reliability, prepare_into_a_file_as_directory_fails_before_reading) {
+    /* The large preset reads and encodes for a minute before it writes: an
+     * --out whose directory cannot exist (a regular file stands in its
+     * path) must be named up front, not after the work. Each form of
+     * prepare (text, shards, synthetic) checks it. */
     char corpus[160], args[768], *err = NULL;
     snprintf(corpus, sizeof corpus, "%s/small.txt", work_dir);
     FILE *f = fopen(corpus, "w");
@@ -173,19 +174,34 @@ Test(cli_reliability, prepare_into_a_missing_directory_fails_before_reading) {
     fprintf(f, "a line of text\n");
     cr_assert_eq(fclose(f), 0);
     const char *forms[] = {
-        "prepare --input '%s' --out '%s/no_such_dir/x.h5'",
-        "prepare --from llmc --train-file '%s' --val-file x.bin --vocab 300 --out '%s/no_such_dir/x.h5'",
-        "prepare --synthetic prefix-sum --out '%s/no_such_dir/x.h5'",
+        "prepare --input '%s' --out '%s/small.txt/x.h5'",
+        "prepare --from llmc --train-file '%s' --val-file x.bin --vocab 300 --out '%s/small.txt/sub/x.h5'",
+        "prepare --synthetic prefix-sum --out '%s/small.txt/x.h5'",
     };
+    const char *named[] = {"small.txt: exists and is not a directory",
+                           "small.txt/sub: cannot create directory (Not a directory)",
+                           "small.txt: exists and is not a directory"};
     for (int i = 0; i < 3; i++) {
         if (i < 2)
             snprintf(args, sizeof args, forms[i], corpus, work_dir);
         else
             snprintf(args, sizeof args, forms[i], work_dir);
         cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1, "%s: %s", args, err);
-        test_assert_one_line_error(err, "dbranch prepare: ", "no_such_dir' does not exist");
+        test_assert_one_line_error(err, "dbranch prepare: ", named[i]);
         free(err);
     }
+}
+
+Test(cli_reliability, prepare_makes_the_missing_directories_of_out) {
+    /* As train --out does: `prepare --out data/new/x.h5` on a fresh tree. */
+    char args[768], path[256], *err = NULL;
+    snprintf(path, sizeof path, "%s/made/for/prepare/x.h5", work_dir);
+    snprintf(args, sizeof args, "prepare --synthetic prefix-sum --out '%s'", path);
+    cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 0, "%s: %s", args, err);
+    free(err);
+    struct stat info;
+    cr_assert_eq(stat(path, &info), 0, "%s was not written", path);
+    cr_assert(S_ISREG(info.st_mode));
 }
 
 Test(cli_reliability, nan_weights_are_refused_by_eval_generate_and_bench) {

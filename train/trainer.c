@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/output_dir.h"
 #include "kernels/attention_amx.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
@@ -44,25 +44,6 @@ static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* mkdir -p */
-static dt_status make_dirs(const char *path) {
-    char buf[TRAIN_PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return dt_errorf("%s: path too long", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return dt_errorf("%s: cannot create directory (%s)", buf, strerror(errno));
-            *p = saved;
-            if (saved == '\0') break;
-        }
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_errorf("%s: not a directory", path);
-    return DT_OK;
 }
 
 /* One run per output directory: an exclusive flock on out_dir/train.lock,
@@ -263,7 +244,7 @@ dt_status trainer_init(trainer *t, const train_config *cfg, const trainer_option
 
     /* rank 0 alone writes the directory, so it alone holds the lock (a job's
      * other processes would otherwise see it taken) */
-    if (make_dirs(c->out_dir) != DT_OK || (t->comm->rank == 0 && lock_out_dir(t, c->out_dir) != DT_OK)) goto fail;
+    if (dt_make_dirs(c->out_dir) != DT_OK || (t->comm->rank == 0 && lock_out_dir(t, c->out_dir) != DT_OK)) goto fail;
     snprintf(t->checkpoint_path, sizeof t->checkpoint_path, "%s/checkpoint.h5", c->out_dir);
     snprintf(t->trunk_path, sizeof t->trunk_path, "%s/trunk.h5", c->out_dir);
     t->trunk_step = train_trunk_step(c);
