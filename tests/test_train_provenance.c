@@ -6,6 +6,7 @@
  * and a backslash, so the record's string escaping is exercised. */
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,10 +133,30 @@ static int read_object(json_reader *r, const char *path) {
     }
 }
 
+/* [a, b, ...] as fields path.0, path.1, ... */
+static int read_array(json_reader *r, const char *path) {
+    r->s++; /* [ */
+    skip_space(r);
+    if (*r->s == ']') return r->s++, 1;
+    for (int i = 0;; i++) {
+        char child[192];
+        snprintf(child, sizeof child, "%s.%d", path, i);
+        if (!read_value(r, child)) return 0;
+        skip_space(r);
+        if (*r->s == ',') {
+            r->s++;
+            continue;
+        }
+        if (*r->s == ']') return r->s++, 1;
+        return 0;
+    }
+}
+
 static int read_value(json_reader *r, const char *path) {
     skip_space(r);
     char text[256];
     if (*r->s == '{') return read_object(r, path);
+    if (*r->s == '[') return read_array(r, path);
     if (*r->s == '"') {
         if (!read_string(r, text, sizeof text)) return 0;
         store(r, path, text);
@@ -234,8 +255,32 @@ static void train(const train_config *cfg, const char *resume, int64_t stop_afte
     trainer_free(&t);
 }
 
+/* A load average the run recorded, against /proc/loadavg read now: the
+ * 15-minute figure moves by hundredths in the second a tiny run takes, the
+ * 1-minute one by at most a few tenths (one 5-second update). Where the file
+ * is missing the record says null. */
+static void expect_load_like_the_machines(const char *one_minute, const char *fifteen_minutes) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double now[3];
+    if (!f || fscanf(f, "%lf %lf %lf", &now[0], &now[1], &now[2]) != 3) {
+        if (f) fclose(f);
+        cr_expect_str_eq(one_minute, "null");
+        return;
+    }
+    fclose(f);
+    char *end = NULL;
+    double recorded = strtod(one_minute, &end);
+    cr_expect(end != one_minute && *end == '\0' && recorded >= 0 && fabs(recorded - now[0]) < 1.0,
+              "1-minute load %s, /proc/loadavg %.2f", one_minute, now[0]);
+    if (!fifteen_minutes) return;
+    recorded = strtod(fifteen_minutes, &end);
+    cr_expect(end != fifteen_minutes && *end == '\0' && fabs(recorded - now[2]) < 0.2,
+              "15-minute load %s, /proc/loadavg %.2f", fifteen_minutes, now[2]);
+}
+
 Test(provenance, record_in_folder_and_log, .init = setup, .fini = teardown) {
     train_config cfg = tiny_config();
+    cfg.eval_every = 1; /* an eval record (after each step record) to read the load from */
     train(&cfg, NULL, 2);
     char path[256], log_path[256], first[16384];
     snprintf(path, sizeof path, "%s/run/provenance.json", work_dir);
@@ -255,6 +300,7 @@ Test(provenance, record_in_folder_and_log, .init = setup, .fini = teardown) {
     for (int i = 0; i < 3; i++)
         cr_expect(!strcmp(field(&f, isa[i]), "true") || !strcmp(field(&f, isa[i]), "false"), "%s", isa[i]);
     cr_expect_str_eq(field(&f, "threads"), "1");
+    expect_load_like_the_machines(field(&f, "load_avg.0"), field(&f, "load_avg.2"));
     /* the level the kernels ran at (ctest also runs this file under DBRANCH_ISA=avx2 and scalar) */
     cr_expect_str_eq(field(&f, "kernel_level"), k_isa_name(k_isa_active()));
     cr_expect_str_eq(field(&f, "resume"), "null");
@@ -275,6 +321,18 @@ Test(provenance, record_in_folder_and_log, .init = setup, .fini = teardown) {
     char second[16384];
     read_line(log_path, 1, second, sizeof second);
     cr_expect(strstr(second, "\"type\":\"step\"") != NULL, "%s", second);
+    /* the final evaluation records the load too */
+    static char line[16384], last_eval[16384];
+    last_eval[0] = '\0';
+    FILE *log = fopen(log_path, "r");
+    cr_assert(log != NULL, "missing %s", log_path);
+    while (fgets(line, sizeof line, log))
+        if (strstr(line, "\"type\":\"eval\"")) snprintf(last_eval, sizeof last_eval, "%s", line);
+    fclose(log);
+    cr_assert(last_eval[0], "no eval record in %s", log_path);
+    static json_fields eval;
+    parse(last_eval, &eval);
+    expect_load_like_the_machines(field(&eval, "load_avg_1m"), NULL);
 }
 
 /* A bf16 run records its attention engine by its whole name: the field held

@@ -163,7 +163,10 @@ dt_status train_log_eval(train_log *log, const train_eval_record *r) {
         json_number(f, "branch_emb_norm", r->branch_emb_norm, "%.9g");
         fprintf(f, ",\"windows\":%lld,\"grad_spikes\":%lld", (long long)r->windows, (long long)r->grad_spikes);
         json_number(f, "grad_spike_largest", r->grad_spike_largest, "%.4g");
+        /* what depends on the machine, not the run, last: comparisons of
+         * two runs' records cut each line at "elapsed" */
         json_number(f, "elapsed", r->elapsed, "%.3f");
+        json_number(f, "load_avg_1m", r->load_avg_1m, "%.2f");
         fputs("}\n", f);
         return check_written(log);
     }

@@ -9,7 +9,9 @@
  *               "grad_norm":...,"skipped_updates":...,"tokens_per_s":...,"elapsed":...}
  * Eval lines:  {"type":"eval","step":...,"tokens":...,"loss":...,"loss_primary":...,
  *               "loss_branch":...,"alpha":...,"couple_q_norm":...,"couple_hidden_norm":...,
- *               "couple_out_norm":...,"branch_emb_norm":...,"windows":...,"elapsed":...}
+ *               "couple_out_norm":...,"branch_emb_norm":...,"windows":...,"grad_spikes":...,
+ *               "grad_spike_largest":...,"elapsed":...,"load_avg_1m":...}
+ *   load_avg_1m is the machine's (train/machine_load.h), beside the timings;
  *   the four norms are the weights' at that step (train/branch_norms.h): each
  *   coupling kind's L2 norm averaged over the layers that have one, and the
  *   Frobenius norm of branch.tok_emb (null without a branch or that vector).
@@ -48,6 +50,8 @@ typedef struct train_eval_record {
      * evaluation and the largest norm / median among them (0: none) */
     int64_t grad_spikes;
     double grad_spike_largest;
+    /* the machine's 1-minute load average at the evaluation (train/machine_load.h; NAN: unknown) */
+    double load_avg_1m;
 } train_eval_record;
 
 typedef struct train_log {

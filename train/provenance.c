@@ -4,6 +4,7 @@
 #include "train/provenance.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,6 +25,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/isa.h"
+#include "train/machine_load.h"
 
 /* DBRANCH_COMMIT: generated at build time by cmake/commit_header.cmake. */
 #include "dbranch_commit.h"
@@ -85,6 +87,7 @@ void train_provenance_collect(train_provenance *p, int threads) {
     strftime(p->start_utc, sizeof p->start_utc, "%Y-%m-%dT%H:%M:%SZ", &utc);
     read_cpu(p);
     snprintf(p->kernel_level, sizeof p->kernel_level, "%s", k_isa_name(k_isa_active()));
+    train_machine_load(p->load_avg);
     p->threads = threads;
     p->processes = 1;
     snprintf(p->blis_version, sizeof p->blis_version, "%s", bli_info_get_version_str());
@@ -183,6 +186,14 @@ static void write_isa(FILE *f, const char *key, int avx512f, int avx512_bf16, in
             avx512_bf16 ? "true" : "false", amx_bf16 ? "true" : "false");
 }
 
+/* [1m, 5m, 15m], or null when unknown */
+static void write_load(FILE *f, const char *key, const double load[3]) {
+    if (isfinite(load[0]))
+        fprintf(f, ",\"%s\":[%.2f,%.2f,%.2f]", key, load[0], load[1], load[2]);
+    else
+        fprintf(f, ",\"%s\":null", key);
+}
+
 dt_status train_provenance_write(FILE *f, const train_provenance *p, const char *where) {
     fputs("{\"type\":\"provenance\"", f);
     write_field(f, "commit", p->commit);
@@ -193,6 +204,7 @@ dt_status train_provenance_write(FILE *f, const train_provenance *p, const char 
     write_isa(f, "compiled_for", p->built_avx512f, p->built_avx512_bf16, p->built_amx_bf16);
     write_field(f, "kernel_level", p->kernel_level);
     fprintf(f, ",\"threads\":%d,\"processes\":%d", p->threads, p->processes);
+    write_load(f, "load_avg", p->load_avg);
     write_field(f, "blis_version", p->blis_version);
     write_field(f, "bf16_engine", p->bf16_engine);
     write_field(f, "bf16_attention", p->bf16_attention);

@@ -1,6 +1,6 @@
 /* The provenance record of a training run: which source (commit, version),
  * which machine (CPU model, the ISA features the kernels can use, thread
- * count, BLIS version), which configuration (the resolved model and run
+ * count, BLIS version, how loaded it was at the start), which configuration (the resolved model and run
  * config, every key) and when (UTC start time). Without it a committed log
  * cannot say what produced it.
  *
@@ -13,7 +13,7 @@
  * Record: {"type":"provenance","commit":"f7d5a46-dirty","version":"0.1.0",
  *          "start_utc":"2026-12-01T08:30:00Z","cpu":"...","isa":{"avx512f":true,
  *          "avx512_bf16":false,"amx_bf16":false},"compiled_for":{...same keys},
- *          "threads":2,"processes":1,"blis_version":"0.9.0",
+ *          "threads":2,"processes":1,"load_avg":[1m,5m,15m] | null,"blis_version":"0.9.0",
  *          "bf16_engine":"widen" | "onednn (brg:avx512_core_amx)","bf16_attention":"amx" | "fp32",
  *          "resume":null | {"checkpoint":"...","step":N},"total_steps":N,"tokens_per_step":N,
  *          "config":{"model":{"family":"llama",...},"data":{...},"train":{...}}}
@@ -37,6 +37,7 @@ typedef struct train_provenance {
     int avx512f, avx512_bf16, amx_bf16;                   /* the CPU has them (cpuid) */
     int built_avx512f, built_avx512_bf16, built_amx_bf16; /* the build targets them (-march) */
     char kernel_level[8]; /* the instruction-set level the kernels ran at (kernels/isa.h: after DBRANCH_ISA) */
+    double load_avg[3];   /* the machine's 1-, 5-, 15-minute load averages at the start (machine_load.h) */
     int threads;
     int processes; /* of the job (mpirun -n N; 1 for one process) */
     char blis_version[32];

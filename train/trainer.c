@@ -23,6 +23,7 @@
 #include "models/model_budget.h"
 #include "models/model_io.h"
 #include "train/checkpoint_rotation.h"
+#include "train/machine_load.h"
 #include "train/provenance.h"
 #include "train/time_limit.h"
 #include "train/trunk.h"
@@ -473,6 +474,8 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
     int64_t spikes;
     double largest;
     train_grad_spikes_take(&t->grad_spikes, &spikes, &largest);
+    double load[3];
+    train_machine_load(load);
     *record = (train_eval_record){
         .step = t->state.step,
         .tokens = t->state.tokens_seen,
@@ -488,6 +491,7 @@ dt_status trainer_evaluate(trainer *t, train_eval_record *record) {
         .branch_emb_norm = norms.branch_emb,
         .grad_spikes = spikes,
         .grad_spike_largest = largest,
+        .load_avg_1m = load[0],
     };
     return train_log_eval(&t->log, record);
 }
