@@ -815,6 +815,11 @@ static void check_trend_report(const char *out_dir) {
  * D = 20 run trained from step 0 without trunks (EXP_SAVE_TRUNK=0). The
  * series with trunks has seeds 1 and 2 at both D, so its trend report (how
  * the gap moves with D) is checked here too. */
+/* A setting after the budget in every command, as the bf16 series' precision
+ * settings are (it changes no number): the compute control's command then
+ * gives --tokens elsewhere than its baseline's. */
+#define EXTRA_SET "--set train.print_every=1000"
+
 Test(cli_experiments, a_dsweep_run_from_a_smaller_ds_trunk_is_the_run_from_scratch, .init = setup, .fini = teardown,
      .timeout = 300) {
     const char *source = source_dir();
@@ -825,7 +830,7 @@ Test(cli_experiments, a_dsweep_run_from_a_smaller_ds_trunk_is_the_run_from_scrat
     for (int i = 0; i < 2; i++) {
         snprintf(command, sizeof command,
                  "%s'%s/experiments/run.sh' dsweep --quick --threads 1 --d '%s' --rows 'base twin' --seeds '%s' "
-                 "--out '%s/%s' --data-dir '%s/data' >>'%s/run.txt' 2>&1",
+                 "--out '%s/%s' --data-dir '%s/data' " EXTRA_SET " >>'%s/run.txt' 2>&1",
                  invocations[i][0], source, invocations[i][1], invocations[i][2], work_dir, invocations[i][3], work_dir,
                  work_dir);
         cr_assert_eq(system(command), 0, "the %s invocation failed (see %s/run.txt)", invocations[i][3], work_dir);
@@ -856,4 +861,23 @@ Test(cli_experiments, a_dsweep_run_from_a_smaller_ds_trunk_is_the_run_from_scrat
              source, work_dir, work_dir, work_dir, work_dir);
     cr_assert_eq(system(command), 0, "status.sh did not name the trunk (see %s/status.txt)", work_dir);
     check_trend_report(work_dir);
+    /* The compute control at D = 10 (the baseline at twice the tokens) is
+     * D = 20's baseline of its seed: taken over, not trained again. */
+    snprintf(command, sizeof command,
+             "'%s/experiments/run.sh' dsweep --quick --threads 1 --d 10 --rows base-2x --seeds 1 --out '%s/trunks' "
+             "--data-dir '%s/data' " EXTRA_SET " >>'%s/run.txt' 2>&1",
+             source, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the base-2x invocation failed (see %s/run.txt)", work_dir);
+    snprintf(path, sizeof path, "%s/trunks/dsweep/D10/base-2x/seed1/reused_from", work_dir);
+    char *reused = test_slurp(path);
+    cr_assert(strstr(reused, "dsweep/D20/base/seed1"), "%s: %s", path, reused);
+    free(reused);
+    char control[512], baseline[512];
+    snprintf(control, sizeof control, "%s/trunks/dsweep/D10/base-2x/seed1/log.jsonl", work_dir);
+    snprintf(baseline, sizeof baseline, "%s/trunks/dsweep/D20/base/seed1/log.jsonl", work_dir);
+    char *records_control = log_records_without_timing(control),
+         *records_baseline = log_records_without_timing(baseline);
+    cr_assert_str_eq(records_control, records_baseline, "base-2x at D = 10 is not D = 20's baseline");
+    free(records_control);
+    free(records_baseline);
 }

@@ -160,6 +160,7 @@ exp_train() {
         mkdir -p "$dir"
         cp "$same"/log.jsonl "$same"/train.txt "$same"/seconds "$dir"/
         [ ! -f "$same/provenance.json" ] || cp "$same/provenance.json" "$dir"/
+        [ ! -f "$same/trunk_from" ] || cp "$same/trunk_from" "$dir"/ # its seconds are from there on
         printf '%s\n' "$command" >"$dir/command.txt"
         exp_relative "$same" >"$dir/reused_from"
         touch "$dir/done"
@@ -237,13 +238,16 @@ exp_checkpoint_step() { # dir
 }
 
 # A finished run directory under OUT whose command equals COMMAND but for
-# its --out (none: empty). Only runs without a kept checkpoint qualify.
+# its --out and where its --tokens stands (none: empty). Only runs without a
+# kept checkpoint qualify. A row with TOKEN_FACTOR gives its --tokens last,
+# so the data sweep's compute control at D (base-2x) finds the baseline at
+# 2D of its seed, the same run.
 exp_same_run() { # command dir
     local wanted other candidate
-    wanted=$(printf '%s\n' "$1" | exp_without_out)
+    wanted=$(printf '%s\n' "$1" | exp_reuse_key)
     for candidate in "$OUT"/*/*/*/seed*; do
         [ "$candidate" != "$2" ] && [ -f "$candidate/done" ] && [ ! -f "$candidate/reused_from" ] || continue
-        other=$(exp_without_out <"$candidate/command.txt" 2>/dev/null) || continue
+        other=$(exp_reuse_key <"$candidate/command.txt" 2>/dev/null) || continue
         if [ "$other" = "$wanted" ]; then
             printf '%s\n' "$candidate"
             return 0
@@ -255,6 +259,9 @@ exp_same_run() { # command dir
 exp_without_out() { sed 's/ --out [^ ]* / --out - /'; }
 # ... and its --tokens value too (runs that differ only in their budget).
 exp_without_budget() { exp_without_out | sed 's/ --tokens [^ ]* / --tokens - /'; }
+# ... with its --tokens moved last instead (dbranch train reads options in
+# any order; a command that also sets train.tokens is left as it is).
+exp_reuse_key() { exp_without_out | sed -E '/train\.tokens=/!s/^(.*) --tokens ([^ ]+) (.*)$/\1 \3--tokens \2 /'; }
 
 # Where a new run may start from a trunk (EXP_TRUNK_DIRS: study folders of
 # smaller budgets, e.g. a data sweep's smaller D; each run of them trained
