@@ -881,3 +881,25 @@ Test(cli_experiments, a_dsweep_run_from_a_smaller_ds_trunk_is_the_run_from_scrat
     free(records_control);
     free(records_baseline);
 }
+
+/* The nanogpt family's tuned series has its own folder, named as the llama
+ * one's is (dsweep-bf16-tuned): dsweep-nanogpt-bf16-tuned, not
+ * dsweep-nanogpt-bf16-nanogpt_tuned; its runs train nanoGPT on the tuned
+ * config's rates. */
+Test(cli_experiments, the_nanogpt_tuned_series_has_its_own_folder, .init = setup, .fini = teardown, .timeout = 120) {
+    const char *source = source_dir();
+    test_dbranch_binary();
+    char command[2048], path[512];
+    snprintf(command, sizeof command,
+             "DSWEEP_FAMILY=nanogpt DSWEEP_CONFIG=study_dsweep_nanogpt_tuned.ini DSWEEP_PRECISION=bf16 "
+             "'%s/experiments/run.sh' dsweep --quick --threads 1 --d 10 --rows base --seeds 1 --out '%s/out' "
+             "--data-dir '%s/data' >>'%s/run.txt' 2>&1",
+             source, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the nanogpt series failed (see %s/run.txt)", work_dir);
+    snprintf(path, sizeof path, "%s/out/dsweep-nanogpt-bf16-tuned/D10/base/seed1/provenance.json", work_dir);
+    char *provenance = test_slurp(path);
+    cr_assert(strstr(provenance, "\"family\":\"nanogpt\"") && strstr(provenance, "\"muon_lr\":0.0125") &&
+                  strstr(provenance, "\"precision\":\"bf16\""),
+              "%s: %.300s", path, provenance);
+    free(provenance);
+}

@@ -327,13 +327,17 @@ study_dsweep() {
     esac
     local config=${DSWEEP_CONFIG:-$default_config} corpus=${DSWEEP_CORPUS:-large_bpe4096} params=${DSWEEP_PARAMS:-}
     # Another config is another series, in its own folder (OUT/dsweep-<name>/,
-    # <name> the config's file name without .ini and a study_dsweep_ prefix):
+    # <name> the config's file name without .ini and a study_dsweep_ prefix,
+    # and for the nanogpt family its nanogpt_ too: study_dsweep_nanogpt_tuned.ini
+    # is dsweep-nanogpt[-bf16]-tuned):
     # sharing a folder, its runs would count as the default series' seeds, and
     # a (row, seed) finished under the other command would be trained again
     # over the finished one.
     if [ "$config" != "$default_config" ]; then
         local series=${config%.ini}
-        DSWEEP_DIR=$DSWEEP_DIR-${series#study_dsweep_}
+        series=${series#study_dsweep_}
+        [ "$DSWEEP_FAMILY" != nanogpt ] || series=${series#nanogpt_}
+        DSWEEP_DIR=$DSWEEP_DIR-$series
     fi
     if [ "$QUICK" = 1 ]; then
         corpus=${DSWEEP_CORPUS:-kjv}
