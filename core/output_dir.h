@@ -15,8 +15,8 @@ dt_status dt_make_dirs(const char *dir);
 
 /* For an output file: makes the directory file_path is in (dt_make_dirs)
  * and checks it is writable; commands call it before a long read of their
- * input (a prepare of the large corpus works a minute before it writes). option names the flag in the error
- * ("--out 'a/b.h5': ..."). */
+ * input (a prepare of the large corpus works a minute before it writes).
+ * option names the flag in the error ("--out 'a/b.h5': ..."). */
 dt_status dt_make_output_parent(const char *option, const char *file_path);
 
 #endif

@@ -257,7 +257,8 @@ static void train(const train_config *cfg, const char *resume, int64_t stop_afte
 
 /* A load average the run recorded, against /proc/loadavg read now: the
  * 15-minute figure moves by hundredths in the second a tiny run takes, the
- * 1-minute one by at most a few tenths (one 5-second update). Where the file
+ * 1-minute one by 8% of (running tasks - load) at most (one 5-second
+ * update; a busy CI machine can run a dozen). Where the file
  * is missing the record says null. */
 static void expect_load_like_the_machines(const char *one_minute, const char *fifteen_minutes) {
     FILE *f = fopen("/proc/loadavg", "r");
@@ -270,7 +271,7 @@ static void expect_load_like_the_machines(const char *one_minute, const char *fi
     fclose(f);
     char *end = NULL;
     double recorded = strtod(one_minute, &end);
-    cr_expect(end != one_minute && *end == '\0' && recorded >= 0 && fabs(recorded - now[0]) < 1.0,
+    cr_expect(end != one_minute && *end == '\0' && recorded >= 0 && fabs(recorded - now[0]) < 2.0,
               "1-minute load %s, /proc/loadavg %.2f", one_minute, now[0]);
     if (!fifteen_minutes) return;
     recorded = strtod(fifteen_minutes, &end);
