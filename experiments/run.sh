@@ -64,7 +64,8 @@
 #               in its table from their finished runs): a row added to a
 #               finished study trains alone, whatever --threads the others had
 #   --deadline TIME  end by TIME (any `date -d` time: "23:30", "2026-12-04
-#               02:00 UTC", "now + 2 hours"): each run stops with its
+#               02:00 UTC", "now + 2 hours"; a bare clock time already past
+#               today is tomorrow's): each run stops with its
 #               checkpoint before it (dbranch train --time-limit) and no run
 #               starts within two minutes of it; the next invocation resumes
 #               the stopped run. For sittings and batch-job wall times
@@ -125,6 +126,12 @@ while [ $# -gt 0 ]; do
     --d) DSWEEP_D="$2"; shift 2 ;;
     --deadline)
         DEADLINE_EPOCH=$(date -d "$2" +%s 2>/dev/null) || { echo "run.sh: --deadline '$2' is not a time date(1) reads" >&2; exit 2; }
+        # A bare clock time already past today is that time tomorrow, as
+        # at(1) reads it: "--deadline 00:30" at 22:00 ends a sitting after
+        # midnight. Any other past time is a mistake.
+        if [ "$DEADLINE_EPOCH" -le "$(date +%s)" ] && [[ $2 =~ ^[0-9]{1,2}:[0-9]{2}(:[0-9]{2})?$ ]]; then
+            DEADLINE_EPOCH=$(date -d "tomorrow $2" +%s)
+        fi
         [ "$DEADLINE_EPOCH" -gt "$(date +%s)" ] || { echo "run.sh: --deadline '$2' ($(date -d "@$DEADLINE_EPOCH")) is past" >&2; exit 2; }
         shift 2 ;;
     *) echo "run.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
@@ -159,6 +166,10 @@ exp_find_binary
 if [ -n "$DEADLINE_EPOCH" ] && ! "$DBRANCH" train --help 2>/dev/null | grep -q -- --time-limit; then
     echo "run.sh: --deadline needs a dbranch whose train has --time-limit; $DBRANCH has none (an older build?)" >&2
     exit 2
+fi
+if [ -n "$DEADLINE_EPOCH" ]; then
+    left=$((DEADLINE_EPOCH - $(date +%s)))
+    printf 'run.sh: deadline %s (in %d h %02d min)\n' "$(date -d "@$DEADLINE_EPOCH")" $((left / 3600)) $((left % 3600 / 60)) >&2
 fi
 
 # The scale folder of this invocation: the token budget every row starts from

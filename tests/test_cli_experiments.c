@@ -372,7 +372,8 @@ Test(cli_experiments, interrupted_run_resumes_from_its_checkpoint, .init = setup
 /* --deadline: a run stops with its checkpoint before the deadline (its
  * `dbranch train` gets a --time-limit), is left resumable and is resumed by
  * the next invocation; no run starts with less than two minutes left; a
- * deadline that is past or unreadable is one line and exit 2. The stop is
+ * deadline that is past or unreadable is one line and exit 2, but a clock
+ * time past today is tomorrow's. The stop is
  * made deterministic by a wrapper binary that shrinks the time limit run.sh
  * passes to 1 ns: the run then stops after its first step. */
 Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .init = setup, .fini = teardown,
@@ -395,6 +396,17 @@ Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .
         test_assert_one_line_error(err, "run.sh: --deadline ", bad[i]);
         free(err);
     }
+
+    /* A bare clock time that has passed today is that time tomorrow (at(1)'s
+     * reading): the minute before now is 23 h and some minutes away, whatever
+     * the time of day, and --tables-only trains nothing. */
+    snprintf(
+        command, sizeof command,
+        "'%s/experiments/run.sh' %s --tables-only --deadline \"$(date -d '1 minute ago' +%%H:%%M)\" "
+        "--out '%s/out' >'%s/clock.txt' 2>&1 && grep -q '^run.sh: deadline .* (in 23 h [0-9]* min)$' '%s/clock.txt'",
+        source, study, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "a clock time past today was not taken as tomorrow's (see %s/clock.txt)",
+                 work_dir);
 
     /* A binary from before --time-limit (its train --help does not name it) is refused up front. */
     snprintf(wrapper, sizeof wrapper, "%s/old_dbranch.sh", work_dir);
