@@ -50,7 +50,7 @@
 # Usage: experiments/run.sh STUDY [--quick] [--seeds "1 2"] [--tokens N]
 #            [--families "nanogpt llama moe"] [--corpora "kjv pycode"]
 #            [--threads K] [--out DIR] [--data-dir DIR] [--set section.key=value ...]
-#            [--rows "ROW ..."] [--d "D ..."] [--deadline TIME]
+#            [--rows "ROW ..."] [--d "D ..."] [--deadline TIME] [--replace] [--tables-only]
 #   --quick     toy scale (d_model 32, T 32, a few steps): every study in
 #               about a minute, for tests/test_cli_experiments.c; default
 #               --out is then /tmp/dbranch_experiments_quick
@@ -69,6 +69,10 @@
 #               checkpoint before it (dbranch train --time-limit) and no run
 #               starts within two minutes of it; the next invocation resumes
 #               the stopped run. For sittings and batch-job wall times
+#   --replace   retrain a finished or stopped run whose command has changed
+#               (a different --set, --tokens or config path): without it
+#               run.sh stops at such a run, naming what changed, so results
+#               are never retrained over by accident
 #   --tables-only  train nothing: rebuild tables, plots and the manifest from
 #               the finished runs under OUT (rows with no finished seed show
 #               no numbers)
@@ -108,6 +112,7 @@ OUT=""
 DATA_DIR="$ROOT/data_out"
 EXTRA_SETS=()
 TABLES_ONLY=0
+EXP_REPLACE=0
 ROWS=""
 DEADLINE_EPOCH=""
 while [ $# -gt 0 ]; do
@@ -122,6 +127,7 @@ while [ $# -gt 0 ]; do
     --data-dir) DATA_DIR="$2"; shift 2 ;;
     --set) EXTRA_SETS+=(--set "$2"); shift 2 ;;
     --tables-only) TABLES_ONLY=1; shift ;;
+    --replace) EXP_REPLACE=1; shift ;;
     --rows) ROWS="$2"; shift 2 ;;
     --d) DSWEEP_D="$2"; shift 2 ;;
     --deadline)

@@ -561,6 +561,54 @@ Test(cli_experiments, a_run_training_elsewhere_is_left_alone, .init = setup, .fi
     free(log);
 }
 
+/* A finished run whose command has changed (here a --set added) is results:
+ * run.sh stops at it with one line naming the run and the change, and leaves
+ * it as it was; a stopped run (a checkpoint, no done) likewise; --replace
+ * retrains it with the new command. */
+Test(cli_experiments, a_changed_command_does_not_retrain_over_a_run_without_replace, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    const char *source = source_dir();
+    test_dbranch_binary();
+    char command[2048], study[1024], path[512], run_dir[256];
+    snprintf(run_dir, sizeof run_dir, "%s/out/recurrent/1536/standard-4L/seed1", work_dir);
+    snprintf(study, sizeof study,
+             "'%s/experiments/run.sh' recurrent --quick --threads 1 --seeds 1 --rows standard-4L --out '%s/out' "
+             "--data-dir '%s/data'",
+             source, work_dir, work_dir);
+    snprintf(command, sizeof command, "%s >'%s/first.txt' 2>&1", study, work_dir);
+    cr_assert_eq(system(command), 0, "the first study failed (see %s/first.txt)", work_dir);
+    snprintf(path, sizeof path, "%s/log.jsonl", run_dir);
+    char *first_log = test_slurp(path);
+
+    static const char *const states[] = {"finished", "stopped"};
+    for (int i = 0; i < 2; i++) {
+        if (i == 1) { /* the same folder as a run stopped with its checkpoint */
+            snprintf(command, sizeof command, "rm '%s/done' && echo 'not a real checkpoint' >'%s/checkpoint.h5'",
+                     run_dir, run_dir);
+            cr_assert_eq(system(command), 0);
+        }
+        snprintf(command, sizeof command, "%s --set train.eval_every=5 >'%s/changed.txt' 2>&1", study, work_dir);
+        const int status = system(command);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0, "a changed command retrained the %s run", states[i]);
+        snprintf(command, sizeof command,
+                 "grep -c '^run.sh: .*/recurrent/1536/standard-4L/seed1 holds a %s run of another command "
+                 "(it had: -; now: train.eval_every=5); --replace retrains it' '%s/changed.txt' | grep -qx 1",
+                 states[i], work_dir);
+        cr_assert_eq(system(command), 0, "no one-line refusal for the %s run (see %s/changed.txt)", states[i],
+                     work_dir);
+        char *log = test_slurp(path);
+        cr_assert_str_eq(log, first_log, "the %s run's log was touched", states[i]);
+        free(log);
+    }
+
+    snprintf(command, sizeof command, "%s --set train.eval_every=5 --replace >'%s/replaced.txt' 2>&1", study, work_dir);
+    cr_assert_eq(system(command), 0, "--replace did not retrain (see %s/replaced.txt)", work_dir);
+    snprintf(command, sizeof command, "grep -q 'train.eval_every=5' '%s/command.txt' && test -f '%s/done'", run_dir,
+             run_dir);
+    cr_assert_eq(system(command), 0, "the replaced run does not have the new command or is not done");
+    free(first_log);
+}
+
 /* rows.tsv is what the tables read, and another invocation of the same study
  * may build its tables at any time: it must never be emptied while an
  * invocation trains (it was, at the start of every invocation, so tables

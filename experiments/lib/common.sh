@@ -150,6 +150,13 @@ exp_train() {
         touch "$dir/done"
         return 0
     fi
+    # A finished or stopped run of another command (a changed --set, budget
+    # or precision) is results, committed or not: retraining over it needs
+    # --replace. Without it the study stops here, naming what differs.
+    if { [ -f "$dir/done" ] || [ -f "$dir/checkpoint.h5" ]; } && [ "${EXP_REPLACE:-0}" != 1 ]; then
+        echo "run.sh: $(exp_relative "$dir") holds a $(exp_run_state "$dir") run of another command ($(exp_command_change "$dir/command.txt" "$command")); --replace retrains it, or give another --out" >&2
+        return 1
+    fi
     # The same run finished in another study (the ablation and control
     # studies share their base and branch rows): runs are deterministic, so
     # its log is this run's; reused_from names it.
@@ -262,6 +269,23 @@ exp_without_budget() { exp_without_out | sed 's/ --tokens [^ ]* / --tokens - /';
 # ... with its --tokens moved last instead (dbranch train reads options in
 # any order; a command that also sets train.tokens is left as it is).
 exp_reuse_key() { exp_without_out | sed -E '/train\.tokens=/!s/^(.*) --tokens ([^ ]+) (.*)$/\1 \3--tokens \2 /'; }
+# "finished" or "stopped" (a checkpoint and no done): for messages.
+exp_run_state() { if [ -f "$1/done" ]; then echo finished; else echo stopped; fi; }
+# What a new command changes of a run's command.txt, for one line: the
+# words only the old one has and those only the new one has (--out aside).
+exp_command_change() { # command.txt new-command
+    local old new
+    old=$(exp_without_out <"$1" 2>/dev/null) || old=""
+    new=$(printf '%s\n' "$2" | exp_without_out)
+    OLD_COMMAND=$old NEW_COMMAND=$new awk 'BEGIN {
+        n = split(ENVIRON["OLD_COMMAND"], old_words, " "); m = split(ENVIRON["NEW_COMMAND"], new_words, " ")
+        for (i = 1; i <= n; i++) in_old[old_words[i]] = 1
+        for (i = 1; i <= m; i++) in_new[new_words[i]] = 1
+        for (i = 1; i <= n; i++) if (!(old_words[i] in in_new)) gone = gone (gone == "" ? "" : " ") old_words[i]
+        for (i = 1; i <= m; i++) if (!(new_words[i] in in_old)) added = added (added == "" ? "" : " ") new_words[i]
+        printf "it had: %s; now: %s", (gone == "" ? "-" : gone), (added == "" ? "-" : added)
+    }'
+}
 
 # Where a new run may start from a trunk (EXP_TRUNK_DIRS: study folders of
 # smaller budgets, e.g. a data sweep's smaller D; each run of them trained
