@@ -68,7 +68,9 @@
 #               today is tomorrow's): each run stops with its
 #               checkpoint before it (dbranch train --time-limit) and no run
 #               starts within two minutes of it; the next invocation resumes
-#               the stopped run. For sittings and batch-job wall times
+#               the stopped run. For sittings and batch-job wall times.
+#               SIGTERM or SIGINT to the running `dbranch train` likewise
+#               ends the study early (its tables still rebuilt; exit 143/130)
 #   --replace   retrain a finished or stopped run whose command has changed
 #               (a different --set, --tokens or config path): without it
 #               run.sh stops at such a run, naming what changed, so results
@@ -115,6 +117,7 @@ TABLES_ONLY=0
 EXP_REPLACE=0
 ROWS=""
 DEADLINE_EPOCH=""
+EXP_INTERRUPTED=0 # the status of a run stopped by SIGINT/SIGTERM (exp_stopped_at_deadline)
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1; shift ;;
@@ -296,6 +299,10 @@ dsweep) study_dsweep ;;
 precision) study_precision ;;
 all) study_matched; study_control; study_ablations; study_moe ;;
 esac
+if [ "${EXP_INTERRUPTED:-0}" != 0 ]; then
+    echo "== stopped by a signal: the same command resumes the stopped run; tables in $OUT" >&2
+    exit "$EXP_INTERRUPTED"
+fi
 echo "== done: $OUT" >&2
 exit 0
 }

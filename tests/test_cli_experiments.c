@@ -561,6 +561,61 @@ Test(cli_experiments, a_run_training_elsewhere_is_left_alone, .init = setup, .fi
     free(log);
 }
 
+/* Ending a study early: SIGTERM (or SIGINT) to a run's `dbranch train`
+ * makes it finish its step, write its checkpoint and exit 143 (130). The
+ * study then starts no further run, still rebuilds its table, says the run
+ * is resumable and exits with that status; the same command resumes it. The
+ * signal is made deterministic by a wrapper binary: a real run cut after its
+ * first step by --time-limit (exit 75, as the deadline test does), reported
+ * as SIGTERM's 143. */
+Test(cli_experiments, a_run_stopped_by_a_signal_ends_the_study_with_its_tables, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    const char *source = source_dir();
+    const char *binary = test_dbranch_binary();
+    char command[4096], wrapper[256], path[512];
+    snprintf(wrapper, sizeof wrapper, "%s/sigterm_after_one_step.sh", work_dir);
+    write_script(wrapper,
+                 "#!/bin/bash\n"
+                 "# the real binary; a training run stops after one step and exits as after SIGTERM\n"
+                 "[ \"$1\" = train ] && [ \"$2\" != --help ] || exec '%s' \"$@\"\n"
+                 "'%s' \"$@\" --time-limit 1e-9s; status=$?\n"
+                 "[ $status = 75 ] && exit 143\n"
+                 "exit $status\n",
+                 binary, binary);
+    const char *study = "recurrent --quick --threads 1 --rows standard-4L --seeds '1 2'";
+    snprintf(command, sizeof command,
+             "cd '%s' && DBRANCH_BINARY='%s' experiments/run.sh %s --out '%s/out' --data-dir '%s/data' "
+             ">'%s/first.txt' 2>&1",
+             source, wrapper, study, work_dir, work_dir, work_dir);
+    const int status = system(command);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 143,
+              "the study exited with status %d, not 143 (see %s/first.txt)",
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1, work_dir);
+    snprintf(command, sizeof command,
+             "grep -q 'standard-4L/seed1: stopped by a signal at step 1/12, resumable' '%s/first.txt' && "
+             "grep -q 'standard-4L/seed2: not started, an earlier run was stopped by a signal' '%s/first.txt' && "
+             "grep -q '^== stopped by a signal' '%s/first.txt'",
+             work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the stop was not reported (see %s/first.txt)", work_dir);
+    snprintf(path, sizeof path, "%s/out/recurrent/1536/standard-4L/seed2", work_dir);
+    cr_assert(!file_exists(path), "a run started after the signal");
+    snprintf(path, sizeof path, "%s/out/recurrent/1536/table.md", work_dir);
+    cr_assert(file_exists(path), "the table was not rebuilt after the signal");
+    snprintf(path, sizeof path, "%s/out/recurrent/1536/standard-4L/seed1/checkpoint.h5", work_dir);
+    cr_assert(file_exists(path), "the stopped run has no checkpoint");
+
+    snprintf(command, sizeof command,
+             "cd '%s' && experiments/run.sh %s --out '%s/out' --data-dir '%s/data' >'%s/second.txt' 2>&1", source,
+             study, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the rerun failed (see %s/second.txt)", work_dir);
+    snprintf(command, sizeof command,
+             "grep -q 'standard-4L/seed1: resuming from its checkpoint' '%s/second.txt' && "
+             "test -f '%s/out/recurrent/1536/standard-4L/seed1/done' && "
+             "test -f '%s/out/recurrent/1536/standard-4L/seed2/done'",
+             work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the rerun did not resume and finish both runs (see %s/second.txt)", work_dir);
+}
+
 /* A finished run whose command has changed (here a --set added) is results:
  * run.sh stops at it with one line naming the run and the change, and leaves
  * it as it was; a stopped run (a checkpoint, no done) likewise; --replace

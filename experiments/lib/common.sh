@@ -77,7 +77,8 @@ exp_relative() { # path
 # then deletes it): results are the logs.
 # With --deadline, a run ends with its checkpoint before the deadline and the
 # runs after it are not started (exp_deadline_limit); the next invocation
-# resumes the stopped one as below.
+# resumes the stopped one as below. A run stopped by SIGINT or SIGTERM is
+# treated the same way (exp_stopped_at_deadline).
 # Runs longer than a sitting: with EXP_CHECKPOINT_EVERY=N (steps; 0, the
 # default, leaves the command as it always was) the run writes its
 # checkpoint every N steps (to a temporary file, renamed), and a run folder
@@ -221,6 +222,10 @@ DEADLINE_MIN_SECONDS=120
 DEADLINE_STARTUP_SECONDS=60
 exp_deadline_limit() { # run name (for the message)
     TIME_LIMIT_ARGS=()
+    if [ "${EXP_INTERRUPTED:-0}" != 0 ]; then
+        echo "   $1: not started, an earlier run was stopped by a signal" >&2
+        return 1
+    fi
     [ -n "${DEADLINE_EPOCH:-}" ] || return 0
     local left=$((DEADLINE_EPOCH - $(date +%s) - DEADLINE_STARTUP_SECONDS))
     if [ "$left" -lt "$DEADLINE_MIN_SECONDS" ]; then
@@ -233,9 +238,22 @@ exp_deadline_limit() { # run name (for the message)
 # True when STATUS is dbranch train's "stopped at its time limit" (75): the
 # run folder keeps its checkpoint and no `done`, so the next invocation
 # resumes it.
+#
+# Also true when SIGINT or SIGTERM stopped it (130, 143: dbranch train
+# finishes its step and writes its checkpoint): the way to end a study
+# early. No further run starts (EXP_INTERRUPTED holds the status), the
+# study's tables and reports are still rebuilt from what has finished, and
+# run.sh then exits with that status.
 exp_stopped_at_deadline() { # status run-name dir
-    [ "$1" = 75 ] || return 1
-    echo "   $2: stopped before the deadline at step $(exp_checkpoint_step "$3"), resumable" >&2
+    case "$1" in
+    75) echo "   $2: stopped before the deadline at step $(exp_checkpoint_step "$3"), resumable" >&2 ;;
+    130 | 143)
+        [ -f "$3/checkpoint.h5" ] || return 1
+        echo "   $2: stopped by a signal at step $(exp_checkpoint_step "$3"), resumable; no further run starts" >&2
+        EXP_INTERRUPTED=$1
+        ;;
+    *) return 1 ;;
+    esac
     date -u +%FT%TZ >>"$3/stopped"
 }
 
