@@ -115,8 +115,9 @@ exp_train() {
         args=("${kept[@]}" --tokens "$((base * TOKEN_FACTOR))")
     fi
     # Skipped only when finished with exactly this command (a changed budget
-    # or setting reruns it). The --out is left out of the comparison: it is
-    # this directory, and runs moved with their folder stay finished.
+    # or setting stops the study unless --replace, below). The --out is left
+    # out of the comparison: it is this directory, and runs moved with their
+    # folder stay finished.
     local command
     command=$(printf '%q ' dbranch "${args[@]}")
     if [ -f "$dir/done" ] && [ "$(exp_without_out <"$dir/command.txt" 2>/dev/null)" = "$(printf '%s\n' "$command" | exp_without_out)" ]; then
