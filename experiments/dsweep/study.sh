@@ -391,7 +391,13 @@ study_dsweep() {
         # shellcheck disable=SC2086 # one word per arm
         exp_plot_curves "$CURRENT" all "$DSWEEP_DIR D = $d: validation loss" $DSWEEP_ARMS
     done
-    # The statistics of every D trained so far (this invocation's or earlier ones').
+    # The statistics of every D trained so far (this invocation's or earlier
+    # ones'), one invocation at a time (gap.tsv is truncated and appended to,
+    # as a table's final.tsv is: exp_table).
+    { flock 8; dsweep_reports; } 8>>"$OUT/$DSWEEP_DIR/tables.lock"
+}
+
+dsweep_reports() {
     : >"$OUT/$DSWEEP_DIR/gap.tsv"
     local dir
     for dir in "$OUT/$DSWEEP_DIR"/D*/; do

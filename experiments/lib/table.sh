@@ -12,7 +12,14 @@
 # then averaged, so the spread is that of the paired differences.
 # shellcheck shell=bash
 
+# Two invocations of one study (two lanes) may rebuild its table at the same
+# moment: final.tsv is truncated and appended to, so unserialised they
+# interleaved (each seed's line twice: 8 seeds of 4, an sd 7% too small). A
+# flock on tables.lock in the study folder makes the rebuilds take turns.
 exp_table() { # study
+    { flock 8; exp_table_locked "$1"; } 8>>"$OUT/$1/tables.lock"
+}
+exp_table_locked() { # study
     local study=$1 dir="$OUT/$1"
     local final="$dir/final.tsv"
     : >"$final"
@@ -31,7 +38,8 @@ exp_table() { # study
         done
     done <"$dir/rows.tsv"
 
-    awk -F'\t' -v study="$study" -v md="$dir/table.md" -v tsv="$dir/table.tsv" -v extra_dir="$dir" '
+    # Written aside and renamed: a report reading table.tsv meanwhile sees the old one or the new one, whole.
+    awk -F'\t' -v study="$study" -v md="$dir/table.md.tmp" -v tsv="$dir/table.tsv.tmp" -v extra_dir="$dir" '
     function num(x) { return x != "" && x != "null" && x == x + 0 }
     function mean(a, n,   i, s) { s = 0; for (i = 1; i <= n; i++) s += a[i]; return s / n }
     function sd(a, n,   i, m, s) { if (n < 2) return -1; m = mean(a, n); s = 0
@@ -76,6 +84,8 @@ exp_table() { # study
                 nd ? sprintf("%.4f", mean(D, nd)) : "nan", (nd > 1 ? sprintf("%.4f", sd(D, nd)) : "nan") > tsv
         }
     }' "$final" "$dir/rows.tsv"
+    mv "$dir/table.md.tmp" "$dir/table.md"
+    mv "$dir/table.tsv.tmp" "$dir/table.tsv"
 }
 
 # The mean validation-loss curve of a row over its seeds: "tokens loss" lines
