@@ -117,7 +117,7 @@ TABLES_ONLY=0
 EXP_REPLACE=0
 ROWS=""
 DEADLINE_EPOCH=""
-EXP_INTERRUPTED=0 # the status of a run stopped by SIGINT/SIGTERM (exp_stopped_at_deadline)
+EXP_INTERRUPTED=0 # the status of a run stopped by SIGINT/SIGTERM (exp_stopped_resumably)
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1; shift ;;

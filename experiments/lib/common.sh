@@ -78,7 +78,7 @@ exp_relative() { # path
 # With --deadline, a run ends with its checkpoint before the deadline and the
 # runs after it are not started (exp_deadline_limit); the next invocation
 # resumes the stopped one as below. A run stopped by SIGINT or SIGTERM is
-# treated the same way (exp_stopped_at_deadline).
+# treated the same way (exp_stopped_resumably).
 # Runs longer than a sitting: with EXP_CHECKPOINT_EVERY=N (steps; 0, the
 # default, leaves the command as it always was) the run writes its
 # checkpoint every N steps (to a temporary file, renamed), and a run folder
@@ -140,7 +140,7 @@ exp_train() {
         echo "== resumed: dbranch train --resume $(exp_relative "$dir")/checkpoint.h5" >>"$dir/train.txt"
         "$DBRANCH" train --resume "$(exp_relative "$dir")/checkpoint.h5" --out "$(exp_relative "$dir")" \
             --threads "$THREADS" "${TIME_LIMIT_ARGS[@]}" >>"$dir/train.txt" 2>&1 || status=$?
-        exp_stopped_at_deadline "$status" "$study/$row/seed$seed" "$dir" && return 0
+        exp_stopped_resumably "$status" "$study/$row/seed$seed" "$dir" && return 0
         if [ "$status" != 0 ]; then
             echo "run.sh: resuming $study/$row/seed$seed failed; see $dir/train.txt:" >&2
             tail -n 3 "$dir/train.txt" >&2
@@ -202,7 +202,7 @@ exp_train() {
         [ "${EXP_SAVE_TRUNK:-0}" != 1 ] || trunk_args=(--set train.save_trunk=1)
         "$DBRANCH" "${args[@]}" "${trunk_args[@]}" "${TIME_LIMIT_ARGS[@]}" >"$dir/train.txt" 2>&1 || status=$?
     fi
-    exp_stopped_at_deadline "$status" "$study/$row/seed$seed" "$dir" && return 0
+    exp_stopped_resumably "$status" "$study/$row/seed$seed" "$dir" && return 0
     if [ "$status" != 0 ]; then
         echo "run.sh: training $study/$row/seed$seed failed; see $dir/train.txt:" >&2
         tail -n 3 "$dir/train.txt" >&2
@@ -245,7 +245,7 @@ exp_deadline_limit() { # run name (for the message)
 # early. No further run starts (EXP_INTERRUPTED holds the status), the
 # study's tables and reports are still rebuilt from what has finished, and
 # run.sh then exits with that status.
-exp_stopped_at_deadline() { # status run-name dir
+exp_stopped_resumably() { # status run-name dir
     case "$1" in
     75) echo "   $2: stopped before the deadline at step $(exp_checkpoint_step "$3"), resumable" >&2 ;;
     130 | 143)
