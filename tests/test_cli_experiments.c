@@ -705,6 +705,36 @@ Test(cli_experiments, rows_stay_listed_while_a_study_trains, .init = setup, .fin
     free(after);
 }
 
+/* Two lanes of one study may rebuild its table at the same moment; each
+ * rebuild holds a flock on the study folder's tables.lock, so the second waits
+ * for the first (unserialised, both appended to final.tsv: every seed twice).
+ * The test holds that lock itself for 5 s: a --tables-only rebuild started
+ * meanwhile must end after the lock is released (without the lock it ends
+ * within a second or two), and its final.tsv lists the one seed once. */
+Test(cli_experiments, a_table_rebuild_waits_for_another_holding_the_study_lock, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    const char *source = source_dir();
+    char command[4096], path[256];
+    const char *study = "recurrent --quick --threads 1 --seeds 1 --rows standard-4L";
+    snprintf(command, sizeof command,
+             "'%s/experiments/run.sh' %s --out '%s/out' --data-dir '%s/data' >'%s/study.txt' 2>&1", source, study,
+             work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the study failed (see %s/study.txt)", work_dir);
+
+    snprintf(command, sizeof command,
+             "cd '%s' && lock=out/recurrent/" SCALE "/tables.lock && "
+             "{ ( flock 8; : >held; sleep 5; date +%%s%%N >released ) 8>>\"$lock\" & } && "
+             "while [ ! -e held ]; do sleep 0.05; done && "
+             "'%s/experiments/run.sh' %s --tables-only --out '%s/out' >rebuild.txt 2>&1; status=$?; "
+             "date +%%s%%N >rebuilt; wait; [ $status = 0 ] && [ \"$(cat rebuilt)\" -gt \"$(cat released)\" ]",
+             work_dir, source, study, work_dir);
+    cr_assert_eq(system(command), 0, "the rebuild failed or ended while another held the study's lock (see %s)",
+                 work_dir);
+    snprintf(path, sizeof path, "%s/out/recurrent/" SCALE "/final.tsv", work_dir);
+    snprintf(command, sizeof command, "test \"$(grep -c '^standard-4L\t1\t' '%s')\" = 1", path);
+    cr_assert_eq(system(command), 0, "final.tsv does not list standard-4L seed 1 once (see %s)", path);
+}
+
 /* The "loss" of the last evaluation line of the log at path. */
 static double final_loss_at(const char *path) {
     char eval[4096] = "";
