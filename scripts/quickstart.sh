@@ -60,5 +60,5 @@ printf '%-24s %10.4f %10.4f %10.4f %8.3f\n' "decode-branch twin" "$branch" \
 awk -v b="$base" -v d="$branch" 'BEGIN {
   diff = 100 * (d - b) / b
   printf "relative difference (twin vs baseline): %+.2f%% (%s)\n", diff, (diff > 0 ? "the twin is worse" : "the twin is better")
-  print "One seed each at about 1 token per parameter, so this is mostly seed noise (paired spreads of 0.1-2% in the studies); the 4M-token studies at 1-3 tokens per parameter find no matched-token advantage for the twin (-0.4% to +2.9%). In the paper'"'"'s regime (Muon and WSD, a 4096-token BPE corpus, 10-20 tokens per parameter, 6 seeds) the twin ends with a 1.9-2.1% lower validation loss than its baseline: see experiments/RESULTS.md, issue 16'"'"'s data sweep."
+  print "One seed each at about 1 token per parameter, so this is mostly seed noise (paired spreads of 0.1-2% in the studies); the 4M-token studies at 1-3 tokens per parameter find no matched-token advantage for the twin (-0.4% to +2.9%). In the paper'"'"'s regime (Muon and WSD, a 4096-token BPE corpus, 10-40 tokens per parameter, 4-6 seeds) the twin ends with a 1.9-2.1% lower validation loss than its baseline, and at 20 tokens per parameter 1.3-1.5% lower than a baseline given its extra embedding parameters: see experiments/RESULTS.md, issue 16'"'"'s data sweep."
 }'
