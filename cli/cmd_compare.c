@@ -15,6 +15,7 @@ static void print_help(void) {
     printf("usage: dbranch compare [--reference ARM|RUN_DIR] [--arm-key KEY[,KEY...]] [--halfwidth PCT] [--json]\n"
            "                       RUN_DIR...\n"
            "       dbranch compare --differences FILE|- [--halfwidth H] [--json]\n"
+           "       dbranch compare --scaling FILE|- [--reference ARM] [--json]\n"
            "\n"
            "Reads each run directory's provenance.json and log (written by dbranch train), takes the\n"
            "validation loss of its final eval, groups the runs into arms and pairs each arm with the\n"
@@ -36,7 +37,14 @@ static void print_help(void) {
            "--differences reads paired differences computed elsewhere, one number per line (blank lines\n"
            "and lines starting with # skipped; - is stdin), and prints the same analysis of them: n,\n"
            "mean, sd, 95%% interval, t, p; --halfwidth H is then in the numbers' own unit. For\n"
-           "differences of differences, such as one arm's per-seed gap in two series (an interaction).\n");
+           "differences of differences, such as one arm's per-seed gap in two series (an interaction).\n"
+           "\n"
+           "--scaling reads a data sweep's final losses, one point per line \"arm seed D loss\" (D the\n"
+           "data budget, e.g. tokens per parameter; # comments), and fits L(D) = E + A D^-alpha per arm\n"
+           "and seed (least squares; alpha searched in [0.005, 4]; at least 3 distinct D), then compares\n"
+           "each arm's asymptote E with the reference arm's (default: the first arm), paired by seed:\n"
+           "each curve fitted alone, and the two of a seed fitted with one shared alpha. E is an\n"
+           "extrapolation: with 4 D and 3 parameters a fit has one degree of freedom left.\n");
 }
 
 /* The keys of a default configuration of model family `family` (a record's
@@ -344,7 +352,7 @@ int cmd_compare(int argc, char **argv) {
         print_help();
         return 0;
     }
-    const char *reference = NULL, *arm_keys_text = NULL, *halfwidth_text = NULL, *differences = NULL;
+    const char *reference = NULL, *arm_keys_text = NULL, *halfwidth_text = NULL, *differences = NULL, *scaling = NULL;
     int json = 0, n_dirs = 0;
     const char **dirs = calloc((size_t)argc + 1, sizeof *dirs);
     if (!dirs) {
@@ -357,6 +365,7 @@ int cmd_compare(int argc, char **argv) {
                             : !strcmp(argv[i], "--arm-key")     ? &arm_keys_text
                             : !strcmp(argv[i], "--halfwidth")   ? &halfwidth_text
                             : !strcmp(argv[i], "--differences") ? &differences
+                            : !strcmp(argv[i], "--scaling")     ? &scaling
                                                                 : NULL;
         if (slot) {
             if (i + 1 >= argc) {
@@ -384,6 +393,16 @@ int cmd_compare(int argc, char **argv) {
                         "or --arm-key with it\n");
         free(dirs);
         return 1;
+    }
+    if (scaling && (n_dirs > 0 || arm_keys_text || halfwidth_text || differences)) {
+        fprintf(stderr, "dbranch compare: --scaling reads \"arm seed D loss\" lines, not runs: no run directories, "
+                        "--arm-key, --halfwidth or --differences with it\n");
+        free(dirs);
+        return 1;
+    }
+    if (scaling) {
+        free(dirs);
+        return compare_scaling(scaling, reference, json);
     }
     if (n_dirs == 0 && !differences) {
         fprintf(stderr, "dbranch compare: no run directories given (try dbranch compare --help)\n");

@@ -30,6 +30,9 @@ int cmd_analyze(int argc, char **argv);
 int cmd_prepare_tokens(int argc, char **argv);
 /* Prints "dbranch prepare: " + message_format (one %s: value) on one line; returns 1. */
 int cli_prepare_fail(const char *message_format, const char *value);
+/* compare --scaling FILE (cli/cmd_compare_scaling.c): power-law fits of a data
+ * sweep's "arm seed D loss" lines; reference NULL: the first arm. */
+int compare_scaling(const char *path, const char *reference, int json);
 /* prepare --synthetic prefix-sum|two-hop (cli/cmd_prepare_synthetic.c). */
 int cmd_prepare_synthetic(int argc, char **argv);
 

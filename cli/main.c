@@ -20,7 +20,7 @@ static const cli_command commands[] = {
     {"export", "write a model as HF safetensors, llama2.c model.bin or GGUF", cmd_export},
     {"import", "read HF safetensors + config.json into a model file", cmd_import},
     {"analyze", "probes of a model: attention distance, sublayer input RMS, attn_res routing", cmd_analyze},
-    {"compare", "paired comparison of runs' final validation losses by arm and seed", cmd_compare},
+    {"compare", "paired comparison of runs' final validation losses by arm and seed; sweep fits", cmd_compare},
     {"check-reference", "compare a model against a reference file (SPEC §5)", cmd_check_reference},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);

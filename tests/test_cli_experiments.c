@@ -954,6 +954,42 @@ static void check_trend_report(const char *out_dir) {
     cr_assert_eq(n_lines, 4, "%s: %d lines, expected 4", path, n_lines);
 }
 
+/* scaling.txt / fit.md of the series trained at D = 10, 20 and 40, base and
+ * twin, seeds 1 and 2 (experiments/dsweep/study.sh, dsweep_fit_report):
+ * scaling.txt has each run's final loss from its log as "arm seed D loss"
+ * for the arms trained at 3 D (not base-2x, run here at D = 10 only), and fit.md holds
+ * `dbranch compare --scaling` of it: the per-seed fits and the twin's
+ * asymptote against the baseline's over the 2 seeds. */
+static void check_fit_report(const char *out_dir) {
+    char path[512], line[256];
+    snprintf(path, sizeof path, "%s/trunks/dsweep/scaling.txt", out_dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL, "%s is missing", path);
+    int n_lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        char arm[32];
+        int seed, d;
+        double loss;
+        cr_assert_eq(sscanf(line, "%31s %d %d %lf", arm, &seed, &d, &loss), 4, "%s: '%s'", path, line);
+        cr_assert((!strcmp(arm, "base") || !strcmp(arm, "twin")) && (seed == 1 || seed == 2) &&
+                      (d == 10 || d == 20 || d == 40),
+                  "%s: '%s' (base and twin, seeds 1-2, D 10-40 only)", path, line);
+        char log[512];
+        snprintf(log, sizeof log, "%s/trunks/dsweep/D%d/%s/seed%d/log.jsonl", out_dir, d, arm, seed);
+        cr_assert_float_eq(loss, final_loss_at(log), 1e-6, "%s: '%s', the log gives %g", path, line,
+                           final_loss_at(log));
+        n_lines++;
+    }
+    fclose(f);
+    cr_assert_eq(n_lines, 12, "%s: %d lines, expected 12 (2 arms, 2 seeds, 3 D)", path, n_lines);
+    snprintf(path, sizeof path, "%s/trunks/dsweep/fit.md", out_dir);
+    char *md = test_slurp(path);
+    cr_assert(strstr(md, "fitted to scaling.txt (12 points)") && strstr(md, "asymptote E, arm - reference (base)") &&
+                  strstr(md, "own: 2 pairs") && strstr(md, "shared: 2 pairs"),
+              "%s lacks the fits or the paired asymptotes:\n%s", path, md);
+    free(md);
+}
+
 /* Trunks in the data sweep (train/trunk.h): a D = 20 run starts from the
  * D = 10 run of its arm and seed (its trunk.h5, kept because every dsweep
  * run saves one) and ends with the same log, record for record, as the
@@ -1025,6 +1061,13 @@ Test(cli_experiments, a_dsweep_run_from_a_smaller_ds_trunk_is_the_run_from_scrat
     cr_assert_str_eq(records_control, records_baseline, "base-2x at D = 10 is not D = 20's baseline");
     free(records_control);
     free(records_baseline);
+    /* A third D: the fitted asymptotes (dsweep_fit_report). */
+    snprintf(command, sizeof command,
+             "'%s/experiments/run.sh' dsweep --quick --threads 1 --d 40 --rows 'base twin' --seeds '1 2' --out "
+             "'%s/trunks' --data-dir '%s/data' " EXTRA_SET " >>'%s/run.txt' 2>&1",
+             source, work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the D = 40 invocation failed (see %s/run.txt)", work_dir);
+    check_fit_report(work_dir);
 }
 
 /* The nanogpt family's tuned series has its own folder, named as the llama

@@ -408,4 +408,41 @@ dsweep_reports() {
     dsweep_gap_report
     dsweep_trend_report
     dsweep_bridge_report
+    dsweep_fit_report
 }
+
+# fit.md / scaling.txt: the paper's way of comparing arms across D, the
+# asymptote E of L(D) = E + A D^-alpha fitted per arm and seed (`dbranch
+# compare --scaling`: each arm's E against the baseline's, paired by seed,
+# each curve fitted alone and the two of a seed with one shared alpha).
+# scaling.txt: arm seed D loss, every finished run of an arm trained at 3 D
+# or more (base-2x left out: its runs are the next D's baselines).
+dsweep_fit_report() {
+    local series="$OUT/$DSWEEP_DIR" points="$OUT/$DSWEEP_DIR/scaling.txt" dir fits
+    : >"$points.all"
+    for dir in "$series"/D*/; do
+        dir=${dir%/}
+        [ -s "$dir/final.tsv" ] || continue
+        # final.tsv: row seed tokens loss ...
+        awk -F'\t' -v d="${dir##*/D}" '$1 != "base-2x" { print $1, $2, d, $4 }' "$dir/final.tsv" >>"$points.all"
+    done
+    awk '{ if (!(($1, $3) in seen)) { seen[$1, $3] = 1; ds[$1]++ } line[NR] = $0; arm[NR] = $1 }
+        END { for (i = 1; i <= NR; i++) if (ds[arm[i]] >= 3) print line[i] }' "$points.all" |
+        sort -k1,1 -k2,2n -k3,3n >"$points"
+    rm -f "$points.all"
+    if ! grep -q '^base ' "$points" || [ "$(cut -d' ' -f1 "$points" | sort -u | wc -l)" -lt 2 ]; then
+        rm -f "$points" "$series/fit.md"
+        return 0
+    fi
+    if ! fits=$("$DBRANCH" compare --scaling "$points" --reference base 2>&1); then
+        echo "run.sh dsweep: no fit.md: $fits" >&2 # a binary older than compare --scaling, say
+        rm -f "$series/fit.md"
+        return 0
+    fi
+    {
+        printf '# Fitted asymptotes: %s\n\n' "$DSWEEP_DIR"
+        printf 'Each arm trained at 3 D or more and each seed: L(D) = E + A D^-alpha fitted to the final validation losses (D: tokens per non-embedding parameter), and the arm'"'"'s asymptote E against the baseline'"'"'s, paired by seed. E is an extrapolation beyond the largest D trained: with 4 D and 3 parameters a fit keeps one degree of freedom, with 3 none (rms 0). "own": each curve fitted alone, so E also carries the difference of the two exponents; "shared": a seed'"'"'s two curves with one alpha. Points: scaling.txt; `dbranch compare --scaling scaling.txt --reference base`.\n\n```\n'
+        printf '%s\n```\n' "${fits//"$points"/scaling.txt}"
+    } >"$series/fit.md"
+}
+
