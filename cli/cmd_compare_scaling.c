@@ -32,6 +32,8 @@ static dt_status parse_point(const char *path, int line_number, char *text, scal
     text[strcspn(text, "\r\n")] = '\0';
     if (fields != 4 || strlen(arm) >= ARM_NAME_MAX)
         return dt_errorf("%s line %d: '%s' is not \"arm seed D loss\"", path, line_number, text);
+    if (strpbrk(arm, "\"\\")) /* arms are printed into JSON strings as they are */
+        return dt_errorf("%s line %d: arm '%s' holds a quote or a backslash", path, line_number, arm);
     char *end = NULL;
     const long seed = strtol(seed_text, &end, 10);
     if (*end) return dt_errorf("%s line %d: seed '%s' is not an integer", path, line_number, seed_text);
