@@ -225,8 +225,8 @@ int compare_scaling(const char *path, const char *reference, int json) {
             for (int s = 0; s <= n_seeds; s++) {
                 const int all = s == n_seeds;
                 if (all && n_seeds < 2) continue;
-                char seed_text[32];
-                snprintf(seed_text, sizeof seed_text, all ? "all" : "%ld", all ? 0 : seeds[s]);
+                char seed_text[32] = "all";
+                if (!all) snprintf(seed_text, sizeof seed_text, "%ld", seeds[s]);
                 const int points = gather(&table, arms[a], all ? 0 : seeds[s], all, d, loss);
                 analysis_power_law fit;
                 if (analysis_fit_power_law(d, loss, points, &fit) == DT_OK) {
