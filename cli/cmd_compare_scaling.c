@@ -15,7 +15,7 @@
 enum { ARM_NAME_MAX = 64 };
 
 typedef struct scaling_point {
-    char arm[ARM_NAME_MAX];
+    char arm[ARM_NAME_MAX + 1]; /* the size parse_point scans into, so the copy provably fits */
     long seed;
     double d, loss;
 } scaling_point;
