@@ -28,7 +28,7 @@ static const char *const known_options[] = {"--synthetic",   "--length",   "--mo
 
 int cmd_prepare_synthetic(int argc, char **argv) {
     const char *task = NULL, *out_path = NULL, *answers = "every";
-    for (int i = 0; i < argc; i++) {
+    for (int i = 0; i < argc; i += 2) { /* every option takes a value */
         int known = 0;
         for (size_t k = 0; k < sizeof known_options / sizeof known_options[0]; k++)
             known |= !strcmp(argv[i], known_options[k]);
@@ -37,7 +37,6 @@ int cmd_prepare_synthetic(int argc, char **argv) {
         if (!strcmp(argv[i], "--synthetic")) task = argv[i + 1];
         if (!strcmp(argv[i], "--out")) out_path = argv[i + 1];
         if (!strcmp(argv[i], "--answers")) answers = argv[i + 1];
-        i++;
     }
     if (!out_path) return fail("%s", "--out PATH is required");
     if (dt_make_output_parent("--out", out_path) != DT_OK) return cli_fail("prepare");
