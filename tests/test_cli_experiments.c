@@ -452,6 +452,14 @@ Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .
              "grep -q '^0 done, 0 training, 1 stopped' '%s/status.txt'",
              source, work_dir, work_dir, work_dir, work_dir);
     cr_assert_eq(system(command), 0, "status.sh did not list the stopped run (see %s/status.txt)", work_dir);
+    /* The runs manifest, committed while other runs train, leaves it out:
+     * its log is not committed, and the row would be a dead link. */
+    char manifest[256];
+    snprintf(manifest, sizeof manifest, "%s/out/recurrent/runs.md", work_dir);
+    char *listed = test_slurp(manifest);
+    cr_assert(strstr(listed, "## 1536 tokens") != NULL, "%s has no section for the stopped run's scale", manifest);
+    cr_assert(strstr(listed, "standard-4L/seed1/") == NULL, "%s lists the stopped run", manifest);
+    free(listed);
 
     /* The next invocation (no deadline) resumes and finishes it. */
     snprintf(command, sizeof command,
@@ -468,6 +476,10 @@ Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .
              "grep -q '^1 done, 0 training, 0 stopped' '%s/status.txt'",
              source, work_dir, work_dir, work_dir, work_dir);
     cr_assert_eq(system(command), 0, "status.sh --all did not list the finished run (see %s/status.txt)", work_dir);
+    listed = test_slurp(manifest);
+    cr_assert(strstr(listed, "| standard-4L | 1 | [log](1536/standard-4L/seed1/log.jsonl) |") != NULL,
+              "%s does not list the finished run", manifest);
+    free(listed);
 
     /* Two minutes before the deadline nothing starts. */
     snprintf(command, sizeof command,

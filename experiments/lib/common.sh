@@ -350,54 +350,40 @@ exp_scale_name() { # tokens
 }
 
 # The runs manifest of a study, OUT/<study>/runs.md: for every scale folder
-# and every (row, seed) run in it, the command that trained it, its log and
-# provenance record, and the run it reuses (reused_from), if any. Rebuilt
-# from the run folders at the end of every study run.
+# and every finished (row, seed) run in it, the command that trained it, its
+# log and provenance record, and the run it reuses (reused_from), if any.
+# Rebuilt from the run folders at the end of every study run. Runs still
+# training or stopped by a deadline are left out: the manifest is committed
+# beside the finished runs while others train, and a row linking to a log
+# that is not committed would be a dead link.
 exp_manifest() { # study
     local study_dir="$OUT/$1" manifest="$OUT/$1/runs.md" scale_dir run
     {
-        printf '# Runs of the %s study
-
-' "$1"
-        printf 'Written by experiments/run.sh from the run folders (do not edit). One line per
-'
-        printf 'run: its row and seed, the `dbranch train` command that produced it (as
-'
-        printf 'run, from the repository root), and its files. Runs made before the
-'
-        printf 'results moved into this folder name their old `--out` (experiments/results/
-'
-        printf 'long/<study>/ is now <study>/4M/, experiments/results/reduced/<study>/ is
-'
-        printf '<study>/600k/); run.sh compares commands without --out, so they count as
-'
-        printf 'done. See README.md for what the study asks.
-'
+        printf '# Runs of the %s study\n\n' "$1"
+        printf 'Written by experiments/run.sh from the run folders (do not edit). One line per\n'
+        printf 'finished run: its row and seed, the `dbranch train` command that produced it\n'
+        printf '(as run, from the repository root), and its files. Runs made before the\n'
+        printf 'results moved into this folder name their old `--out` (experiments/results/\n'
+        printf 'long/<study>/ is now <study>/4M/, experiments/results/reduced/<study>/ is\n'
+        printf '<study>/600k/); run.sh compares commands without --out, so they count as\n'
+        printf 'done. Runs still training or stopped are not listed: experiments/status.sh\n'
+        printf 'lists them. See README.md for what the study asks.\n'
         for scale_dir in "$study_dir"/*/; do
             scale_dir=${scale_dir%/}
             [ -f "$scale_dir/rows.tsv" ] || continue
             local scale=${scale_dir##*/}
-            printf '
-## %s tokens
-
-' "$scale"
-            printf 'Table: [%s/table.md](%s/table.md).
-
-' "$scale" "$scale"
-            printf '| row | seed | log | provenance | command |
-|---|---|---|---|---|
-'
+            printf '\n## %s tokens\n\n' "$scale"
+            printf 'Table: [%s/table.md](%s/table.md).\n\n' "$scale" "$scale"
+            printf '| row | seed | log | provenance | command |\n|---|---|---|---|---|\n'
             local name
             while IFS=$'\t' read -r name _; do
                 for run in "$scale_dir/$name"/seed*; do
-                    [ -f "$run/command.txt" ] || continue
+                    [ -f "$run/command.txt" ] && [ -f "$run/done" ] || continue
                     local rel=${run#"$study_dir"/} seed=${run##*/seed} log="–" provenance="–" note=""
                     [ -f "$run/log.jsonl" ] && log="[log]($rel/log.jsonl)"
                     [ -f "$run/provenance.json" ] && provenance="[json]($rel/provenance.json)"
-                    [ -f "$run/done" ] || note=" (not finished)"
-                    [ -f "$run/reused_from" ] && note="$note (reuses $(cat "$run/reused_from"))"
-                    printf '| %s | %s | %s%s | %s | `%s` |
-' "$name" "$seed" "$log" "$note" "$provenance" \
+                    [ -f "$run/reused_from" ] && note=" (reuses $(cat "$run/reused_from"))"
+                    printf '| %s | %s | %s%s | %s | `%s` |\n' "$name" "$seed" "$log" "$note" "$provenance" \
                         "$(sed 's/ *$//; s/|/\\|/g' "$run/command.txt")"
                 done
             done <"$scale_dir/rows.tsv"
