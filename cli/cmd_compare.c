@@ -42,9 +42,10 @@ static void print_help(void) {
            "--scaling reads a data sweep's final losses, one point per line \"arm seed D loss\" (D the\n"
            "data budget, e.g. tokens per parameter; # comments), and fits L(D) = E + A D^-alpha per arm\n"
            "and seed (least squares; alpha searched in [0.005, 4]; at least 3 distinct D), then compares\n"
-           "each arm's asymptote E with the reference arm's (default: the first arm), paired by seed:\n"
-           "each curve fitted alone, and the two of a seed fitted with one shared alpha. E is an\n"
-           "extrapolation: with 4 D and 3 parameters a fit has one degree of freedom left.\n");
+           "each arm's asymptote E with the reference arm's (default: the first arm), paired by seed and\n"
+           "fitted on the D both have at that seed: each curve fitted alone, and the two of a seed\n"
+           "fitted with one shared alpha. E is an extrapolation: with 4 D and 3 parameters a fit has\n"
+           "one degree of freedom left.\n");
 }
 
 /* The keys of a default configuration of model family `family` (a record's

@@ -1,7 +1,7 @@
 /* dbranch compare --scaling: power laws L(D) = E + A D^-alpha fitted per arm
  * and seed to final losses at several data budgets D (a data sweep), and the
- * arms' asymptotes E compared with the reference arm's, paired by seed
- * (analysis/scaling_fit.h, analysis/stats.h). The input is a text table, one
+ * arms' asymptotes E compared with the reference arm's, paired by seed and
+ * fitted on the D both have (analysis/scaling_fit.h, analysis/stats.h). The input is a text table, one
  * point a line: "arm seed D loss". */
 #include <math.h>
 #include <stdio.h>
@@ -133,27 +133,50 @@ static void print_fit(const char *arm, const char *seed, const analysis_power_la
     }
 }
 
+/* The points of reference and arm at one seed and at the D both have, into
+ * d_ref[], loss_ref[] and d_arm[], loss_arm[] (the same D at each index);
+ * their count. A pair's two curves are fitted on the same D: while a sweep
+ * is under way one arm often has a D the other has not yet, and an
+ * asymptote extrapolated from 4 points set against one from 3 would
+ * compare the points, not the arms. */
+static int gather_common(const scaling_table *table, const char *reference, const char *arm, long seed, double *d_ref,
+                         double *loss_ref, double *d_arm, double *loss_arm) {
+    int n = 0;
+    for (int i = 0; i < table->n; i++) {
+        const scaling_point *r = &table->points[i];
+        if (strcmp(r->arm, reference) || r->seed != seed) continue;
+        for (int j = 0; j < table->n; j++) {
+            const scaling_point *a = &table->points[j];
+            if (strcmp(a->arm, arm) || a->seed != seed || a->d != r->d) continue;
+            d_ref[n] = d_arm[n] = r->d;
+            loss_ref[n] = r->loss;
+            loss_arm[n++] = a->loss;
+        }
+    }
+    return n;
+}
+
 /* Per seed of arm also fitted for the reference: the asymptotes' difference
- * in % of the reference's E, each seed's two curves fitted alone (shared = 0)
- * or with one alpha (shared = 1). Returns the pairs in diff[]. */
+ * in % of the reference's E, the two curves fitted on the D both have
+ * (gather_common), each alone (shared = 0) or with one alpha (shared = 1).
+ * Returns the pairs in diff[]. */
 static int paired_asymptotes(const scaling_table *table, const char *reference, const char *arm, int shared,
                              double *d_ref, double *loss_ref, double *d_arm, double *loss_arm, long *seeds,
                              double *diff) {
     const int n_seeds = list_seeds(table, arm, seeds);
     int pairs = 0;
     for (int s = 0; s < n_seeds; s++) {
-        const int n_ref = gather(table, reference, seeds[s], 0, d_ref, loss_ref);
-        const int n_arm = gather(table, arm, seeds[s], 0, d_arm, loss_arm);
-        if (n_ref == 0) continue;
+        const int n_common = gather_common(table, reference, arm, seeds[s], d_ref, loss_ref, d_arm, loss_arm);
+        if (n_common == 0) continue;
         analysis_power_law fits[2];
         dt_status status;
         if (shared) {
             const double *d[2] = {d_ref, d_arm}, *loss[2] = {loss_ref, loss_arm};
-            const int n[2] = {n_ref, n_arm};
+            const int n[2] = {n_common, n_common};
             status = analysis_fit_power_law_shared(d, loss, n, 2, fits);
         } else {
-            status = analysis_fit_power_law(d_ref, loss_ref, n_ref, &fits[0]);
-            if (status == DT_OK) status = analysis_fit_power_law(d_arm, loss_arm, n_arm, &fits[1]);
+            status = analysis_fit_power_law(d_ref, loss_ref, n_common, &fits[0]);
+            if (status == DT_OK) status = analysis_fit_power_law(d_arm, loss_arm, n_common, &fits[1]);
         }
         dt_error_clear();
         if (status == DT_OK) diff[pairs++] = 100 * (fits[1].E - fits[0].E) / fits[0].E;
@@ -260,8 +283,8 @@ int compare_scaling(const char *path, const char *reference, int json) {
         if (json)
             printf("]}\n");
         else
-            printf("(own: each seed's arm and reference curves fitted alone; shared: the two fitted with one alpha, "
-                   "so their gap is not an extrapolation of two exponents)\n");
+            printf("(each seed's arm and reference curves fitted on the D both have; own: each alone; shared: the "
+                   "two with one alpha, so their gap is not an extrapolation of two exponents)\n");
     }
     free(arms), free(seeds), free(buffer), free(diff), free(table.points);
     return code;

@@ -165,6 +165,26 @@ Test(analysis_scaling_fit, cli_compares_asymptotes_paired_by_seed) {
     free(out);
     free(err);
 
+    /* A D only the reference has (a sweep under way) stays out of the
+     * paired fits: base gets a point at D = 160 off its law by +0.1, yet
+     * every pair is fitted on D = 10-80 and the gaps are unchanged, while
+     * base's own fits take the point. */
+    f = fopen(path, "a");
+    cr_assert_not_null(f);
+    for (int s = 1; s <= 3; s++)
+        fprintf(f, "base %d 160 %.12f\n", s, law(2.0 + 0.01 * s, 3.0, 0.7, 160) + 0.1);
+    fclose(f);
+    snprintf(args, sizeof args, "compare --scaling '%s' --reference base --json", path);
+    cr_assert_eq(test_run_dbranch(NULL, args, &out, &err), 0, "%s", err);
+    cr_assert_eq(value_after(out, "\"arm\":\"base\",\"seed\":\"1\"", "points"), 5, "%s", out);
+    for (int m = 0; m < 2; m++) {
+        cr_assert_eq(value_after(out, modes[m], "pairs"), 3, "%s", out);
+        cr_assert_float_eq(value_after(out, modes[m], "mean_diff_pct"), mean_gap, 1e-5, "%s", out);
+        cr_assert_float_eq(value_after(out, modes[m], "sd_pct"), sd, 1e-5, "%s", out);
+    }
+    free(out);
+    free(err);
+
     /* the text table names the reference and both analyses */
     snprintf(args, sizeof args, "compare --scaling '%s'", path);
     cr_assert_eq(test_run_dbranch(NULL, args, &out, &err), 0, "%s", err);
@@ -182,7 +202,7 @@ Test(analysis_scaling_fit, cli_compares_asymptotes_paired_by_seed) {
     fclose(f);
     snprintf(args, sizeof args, "compare --scaling '%s'", path);
     cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1);
-    test_assert_one_line_error(err, "dbranch compare: ", "line 26: loss 'two' is not a finite number");
+    test_assert_one_line_error(err, "dbranch compare: ", "line 29: loss 'two' is not a finite number");
     free(err);
     snprintf(args, sizeof args, "compare --scaling '%s' '%s'", path, work_dir);
     cr_assert_eq(test_run_dbranch(NULL, args, NULL, &err), 1);

@@ -413,8 +413,9 @@ dsweep_reports() {
 
 # fit.md / scaling.txt: the paper's way of comparing arms across D, the
 # asymptote E of L(D) = E + A D^-alpha fitted per arm and seed (`dbranch
-# compare --scaling`: each arm's E against the baseline's, paired by seed,
-# each curve fitted alone and the two of a seed with one shared alpha).
+# compare --scaling`: each arm's E against the baseline's, paired by seed
+# and fitted on the D both have, each curve fitted alone and the two of a
+# seed with one shared alpha).
 # scaling.txt: arm seed D loss, every finished run of an arm trained at 3 D
 # or more (base-2x left out: its runs are the next D's baselines).
 dsweep_fit_report() {
@@ -441,7 +442,7 @@ dsweep_fit_report() {
     fi
     {
         printf '# Fitted asymptotes: %s\n\n' "$DSWEEP_DIR"
-        printf 'Each arm trained at 3 D or more and each seed: L(D) = E + A D^-alpha fitted to the final validation losses (D: tokens per non-embedding parameter), and the arm'"'"'s asymptote E against the baseline'"'"'s, paired by seed. E is an extrapolation beyond the largest D trained: with 4 D and 3 parameters a fit keeps one degree of freedom, with 3 none (rms 0). "own": each curve fitted alone, so E also carries the difference of the two exponents; "shared": a seed'"'"'s two curves with one alpha. Points: scaling.txt; `dbranch compare --scaling scaling.txt --reference base`.\n\n```\n'
+        printf 'Each arm trained at 3 D or more and each seed: L(D) = E + A D^-alpha fitted to the final validation losses (D: tokens per non-embedding parameter), and the arm'"'"'s asymptote E against the baseline'"'"'s, paired by seed (each pair fitted on the D both have). E is an extrapolation beyond the largest D trained: with 4 D and 3 parameters a fit keeps one degree of freedom, with 3 none (rms 0). "own": each curve fitted alone, so E also carries the difference of the two exponents; "shared": a seed'"'"'s two curves with one alpha. Points: scaling.txt; `dbranch compare --scaling scaling.txt --reference base`.\n\n```\n'
         printf '%s\n```\n' "${fits//"$points"/scaling.txt}"
     } >"$series/fit.md"
 }
