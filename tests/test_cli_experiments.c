@@ -460,6 +460,14 @@ Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .
     cr_assert(strstr(listed, "## 1536 tokens") != NULL, "%s has no section for the stopped run's scale", manifest);
     cr_assert(strstr(listed, "standard-4L/seed1/") == NULL, "%s lists the stopped run", manifest);
     free(listed);
+    /* Its seconds so far are kept for the resumed run's total; an earlier
+     * part of 1000 s is written in, so the total shows the sum was made. */
+    snprintf(path, sizeof path, "%s/seconds_so_far", run_dir);
+    cr_assert(file_exists(path), "the stopped run kept no seconds_so_far");
+    FILE *so_far = fopen(path, "w");
+    cr_assert_not_null(so_far);
+    fprintf(so_far, "1000\n");
+    fclose(so_far);
 
     /* The next invocation (no deadline) resumes and finishes it. */
     snprintf(command, sizeof command,
@@ -469,6 +477,13 @@ Test(cli_experiments, a_deadline_stops_runs_resumably_and_starts_none_near_it, .
     snprintf(command, sizeof command, "grep -q 'standard-4L/seed1: resuming from its checkpoint' '%s/second.txt'",
              work_dir);
     cr_assert_eq(system(command), 0, "the rerun did not resume the stopped run (see %s/second.txt)", work_dir);
+    cr_assert(access(path, F_OK) != 0, "the finished run still has its seconds_so_far");
+    snprintf(path, sizeof path, "%s/seconds", run_dir);
+    char *seconds = test_slurp(path);
+    cr_assert(atol(seconds) >= 1000 && atol(seconds) < 1000 + 300,
+              "the resumed run's seconds %s are not 1000 + its last part", seconds);
+    free(seconds);
+    snprintf(path, sizeof path, "%s/done", run_dir);
     cr_assert(access(path, F_OK) == 0, "the resumed run is not done");
     snprintf(command, sizeof command,
              "'%s/experiments/status.sh' --all '%s/out' >'%s/status.txt' 2>&1 && "

@@ -140,13 +140,16 @@ exp_train() {
         echo "== resumed: dbranch train --resume $(exp_relative "$dir")/checkpoint.h5" >>"$dir/train.txt"
         "$DBRANCH" train --resume "$(exp_relative "$dir")/checkpoint.h5" --out "$(exp_relative "$dir")" \
             --threads "$THREADS" "${TIME_LIMIT_ARGS[@]}" >>"$dir/train.txt" 2>&1 || status=$?
-        exp_stopped_resumably "$status" "$study/$row/seed$seed" "$dir" && return 0
+        exp_stopped_resumably "$status" "$study/$row/seed$seed" "$dir" $((SECONDS - start)) && return 0
         if [ "$status" != 0 ]; then
             echo "run.sh: resuming $study/$row/seed$seed failed; see $dir/train.txt:" >&2
             tail -n 3 "$dir/train.txt" >&2
             return 1
         fi
-        echo "$((SECONDS - start))" >"$dir/seconds" # the last sitting's
+        # Every sitting's part: the stopped ones' in seconds_so_far (runs
+        # stopped before it existed count their last sitting only).
+        echo "$(($(cat "$dir/seconds_so_far" 2>/dev/null || echo 0) + SECONDS - start))" >"$dir/seconds"
+        rm -f "$dir/seconds_so_far"
         date -u +%FT%TZ >>"$dir/resumed"
         [ "${KEEP_CHECKPOINT:-0}" = 1 ] || rm -f "$dir/checkpoint.h5"
         touch "$dir/done"
@@ -202,7 +205,7 @@ exp_train() {
         [ "${EXP_SAVE_TRUNK:-0}" != 1 ] || trunk_args=(--set train.save_trunk=1)
         "$DBRANCH" "${args[@]}" "${trunk_args[@]}" "${TIME_LIMIT_ARGS[@]}" >"$dir/train.txt" 2>&1 || status=$?
     fi
-    exp_stopped_resumably "$status" "$study/$row/seed$seed" "$dir" && return 0
+    exp_stopped_resumably "$status" "$study/$row/seed$seed" "$dir" $((SECONDS - start)) && return 0
     if [ "$status" != 0 ]; then
         echo "run.sh: training $study/$row/seed$seed failed; see $dir/train.txt:" >&2
         tail -n 3 "$dir/train.txt" >&2
@@ -244,8 +247,9 @@ exp_deadline_limit() { # run name (for the message)
 # finishes its step and writes its checkpoint): the way to end a study
 # early. No further run starts (EXP_INTERRUPTED holds the status), the
 # study's tables and reports are still rebuilt from what has finished, and
-# run.sh then exits with that status.
-exp_stopped_resumably() { # status run-name dir
+# run.sh then exits with that status. The part's seconds are added to
+# seconds_so_far, so a run's `seconds` count every sitting it took.
+exp_stopped_resumably() { # status run-name dir seconds-of-this-part
     case "$1" in
     75) echo "   $2: stopped before the deadline at step $(exp_checkpoint_step "$3"), resumable" >&2 ;;
     130 | 143)
@@ -256,6 +260,7 @@ exp_stopped_resumably() { # status run-name dir
     *) return 1 ;;
     esac
     date -u +%FT%TZ >>"$3/stopped"
+    echo "$(($(cat "$3/seconds_so_far" 2>/dev/null || echo 0) + $4))" >"$3/seconds_so_far"
 }
 
 # The step of a run folder's checkpoint, from the last "stopped ... at step N/M" line of its train.txt.
