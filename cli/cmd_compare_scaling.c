@@ -1,8 +1,8 @@
 /* dbranch compare --scaling: power laws L(D) = E + A D^-alpha fitted per arm
  * and seed to final losses at several data budgets D (a data sweep), and the
  * arms' asymptotes E compared with the reference arm's, paired by seed and
- * fitted on the D both have (analysis/scaling_fit.h, analysis/stats.h). The input is a text table, one
- * point a line: "arm seed D loss". */
+ * fitted on the D both have (analysis/scaling_fit.h, analysis/stats.h). The
+ * input is a text table, one point a line: "arm seed D loss". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
