@@ -148,7 +148,7 @@ exp_train() {
         fi
         # Every sitting's part: the stopped ones' in seconds_so_far (runs
         # stopped before it existed count their last sitting only).
-        echo "$(($(cat "$dir/seconds_so_far" 2>/dev/null || echo 0) + SECONDS - start))" >"$dir/seconds"
+        echo "$(($(exp_seconds_so_far "$dir") + SECONDS - start))" >"$dir/seconds"
         rm -f "$dir/seconds_so_far"
         date -u +%FT%TZ >>"$dir/resumed"
         [ "${KEEP_CHECKPOINT:-0}" = 1 ] || rm -f "$dir/checkpoint.h5"
@@ -260,7 +260,12 @@ exp_stopped_resumably() { # status run-name dir seconds-of-this-part
     *) return 1 ;;
     esac
     date -u +%FT%TZ >>"$3/stopped"
-    echo "$(($(cat "$3/seconds_so_far" 2>/dev/null || echo 0) + $4))" >"$3/seconds_so_far"
+    echo "$(($(exp_seconds_so_far "$3") + $4))" >"$3/seconds_so_far"
+}
+
+# The seconds a stopped run's earlier parts took (0 when none was kept).
+exp_seconds_so_far() { # dir
+    cat "$1/seconds_so_far" 2>/dev/null || echo 0
 }
 
 # The step of a run folder's checkpoint, from the last "stopped ... at step N/M" line of its train.txt.
