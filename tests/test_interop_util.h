@@ -125,11 +125,14 @@ static inline const float *st_tensor(const st_file *f, const char *name, int *nd
     cr_assert(s, "%s: no shape", name);
     s += strlen("\"shape\":[");
     *ndim = 0;
+    int64_t size = 1;
     while (*s != ']') {
         long long d;
         int used;
         cr_assert_eq(sscanf(s, "%lld%n", &d, &used), 1, "%s: shape", name);
+        cr_assert_lt(*ndim, 4, "%s: more than 4 dimensions", name);
         shape[(*ndim)++] = d;
+        size *= d;
         s += used;
         if (*s == ',') s++;
     }
@@ -137,9 +140,6 @@ static inline const float *st_tensor(const st_file *f, const char *name, int *nd
     const char *o = strstr(at, "\"data_offsets\":[");
     unsigned long long begin, end;
     cr_assert_eq(sscanf(o, "\"data_offsets\":[%llu,%llu]", &begin, &end), 2);
-    int64_t size = 1;
-    for (int d = 0; d < *ndim; d++)
-        size *= shape[d];
     cr_assert_eq(end - begin, (unsigned long long)size * 4, "%s: offsets span the shape", name);
     cr_assert(8 + f->header_length + end <= f->n, "%s: inside the file", name);
     cr_assert_eq(begin % 4, 0);
