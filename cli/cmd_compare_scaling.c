@@ -128,7 +128,9 @@ static void print_fit(const char *arm, const char *seed, const analysis_power_la
                fit->alpha_at_bound ? "true" : "false");
         *first = 0;
     } else {
-        printf("%-24s %6s %6d %10.6f %10.5g %7.4f %10.3g%s\n", arm, seed, fit->points, fit->E, fit->A, fit->alpha,
+        /* rms in fixed point: a fit through 3 D has no residual, and %g printed its
+         * rounding residue (1e-16 or so, different on another CPU) as if it were one. */
+        printf("%-24s %6s %6d %10.6f %10.5g %7.4f %10.5f%s\n", arm, seed, fit->points, fit->E, fit->A, fit->alpha,
                fit->rms, fit->alpha_at_bound ? "  *" : "");
     }
 }

@@ -165,6 +165,17 @@ Test(analysis_scaling_fit, cli_compares_asymptotes_paired_by_seed) {
     free(out);
     free(err);
 
+    /* The text table prints rms in fixed point: a seed's points lie on its
+     * law, so its rms is rounding residue and reads 0.00000 (not 1e-16, which
+     * differs from one CPU to another); the pooled fit's reads 0.00816. */
+    snprintf(args, sizeof args, "compare --scaling '%s' --reference base", path);
+    cr_assert_eq(test_run_dbranch(NULL, args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, " 0.7000    0.00000\n"), "no exact fit's rms as 0.00000 in\n%s", out);
+    cr_assert(strstr(out, "    0.00816\n"), "no pooled rms 0.00816 in\n%s", out);
+    cr_assert_null(strstr(out, "e-1"), "an rms in exponent notation in\n%s", out);
+    free(out);
+    free(err);
+
     /* A D only the reference has (a sweep under way) stays out of the
      * paired fits: base gets a point at D = 160 off its law by +0.1, yet
      * every pair is fitted on D = 10-80 and the gaps are unchanged, while
