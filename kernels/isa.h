@@ -46,10 +46,14 @@ dt_status k_isa_parse(const char *name, k_isa *level);
  * an unknown word or a level the CPU lacks is an error. */
 dt_status k_isa_from_environment(void);
 
-/* Features of the matrix units bf16 training would use (cpuid leaf 7). */
+/* Features of the matrix units bf16 training would use (cpuid leaves 0 and 7). */
 typedef struct k_cpu_bf16 {
     int avx512_bf16; /* vdpbf16ps (Cooper Lake, Sapphire Rapids, Zen 4) */
     int amx_bf16;    /* AMX tiles with tdpbf16ps (Sapphire Rapids) */
+    /* vdpbf16ps at about twice the float32 FMA rate: AMD's (Zen 4 and 5,
+     * a bf16 step 0.6x fp32's). Intel's without AMX measured 1.4-1.5x
+     * (docs/DECISIONS.md, "Not on an Intel without AMX"). */
+    int bf16_dot_doubles_fma;
 } k_cpu_bf16;
 k_cpu_bf16 k_cpu_bf16_features(void);
 

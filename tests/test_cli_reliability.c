@@ -97,8 +97,8 @@ Test(cli_reliability, full_disk_under_the_checkpoint_is_one_line_and_no_crash) {
     snprintf(small, sizeof small, "%s/small", work_dir);
     cr_assert_eq(mkdir(small, 0755), 0);
     if (mount("tmpfs", small, "tmpfs", 0, "size=64k") != 0) {
-        cr_log_warn("skipped: cannot mount a 64 KiB tmpfs on %s (%s; needs root)", small, strerror(errno));
-        return;
+        /* A skip, not a warning: Criterion 2.4 exits 1 after any cr_log_warn. */
+        cr_skip_test("cannot mount a 64 KiB tmpfs on %s (%s; needs root)", small, strerror(errno));
     }
     snprintf(mounted, sizeof mounted, "%s", small);
     char args[512], *err = NULL, checkpoint[200], tmp[208];

@@ -150,9 +150,14 @@ const char *train_precision_name(train_precision precision) {
 }
 
 train_precision train_precision_auto(void) {
-    /* The widen engine would be bf16's numerics below float32's speed: not a default. */
-    return k_bf16_gemm_default() == K_BF16_GEMM_ONEDNN && k_isa_active() >= K_ISA_AVX512 ? TRAIN_PRECISION_BF16
-                                                                                         : TRAIN_PRECISION_FP32;
+    /* The widen engine would be bf16's numerics below float32's speed: not a
+     * default. Nor is oneDNN on a vdpbf16ps no faster than float32 FMA (an
+     * Intel without AMX: a nanogpt twin step 1.47x float32's, DECISIONS). */
+    const k_cpu_bf16 cpu = k_cpu_bf16_features();
+    const int units_pay = cpu.amx_bf16 || cpu.bf16_dot_doubles_fma;
+    return k_bf16_gemm_default() == K_BF16_GEMM_ONEDNN && units_pay && k_isa_active() >= K_ISA_AVX512
+               ? TRAIN_PRECISION_BF16
+               : TRAIN_PRECISION_FP32;
 }
 
 int64_t train_pass_mix_pick(const train_pass_mix *mix, double r) {

@@ -45,8 +45,9 @@ enum { TRAIN_PATH_MAX = 1024 };
  * it by what this CPU runs fastest (train_precision_auto). */
 typedef enum { TRAIN_PRECISION_FP32 = 0, TRAIN_PRECISION_BF16 = 1, TRAIN_PRECISION_AUTO = 2 } train_precision;
 const char *train_precision_name(train_precision precision);
-/* What precision = auto means on this CPU: bf16 where it has AVX512_BF16 or
- * AMX-BF16 (oneDNN's bf16 products) and DBRANCH_ISA leaves AVX-512 on, else fp32. */
+/* What precision = auto means on this CPU: bf16 where its bf16 units beat
+ * float32 (AMX-BF16, or AVX512_BF16 at twice the FMA rate: AMD's) under
+ * oneDNN and DBRANCH_ISA leaves AVX-512 on, else fp32. */
 train_precision train_precision_auto(void);
 
 /* train.bf16_attention: the attention kernels under bf16 (ag_ctx.bf16_attention's values). */
