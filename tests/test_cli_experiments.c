@@ -762,6 +762,56 @@ Test(cli_experiments, a_table_rebuild_waits_for_another_holding_the_study_lock, 
     cr_assert_eq(system(command), 0, "final.tsv does not list standard-4L seed 1 once (see %s)", path);
 }
 
+/* s/run is only comparable on one CPU: the line under a table names the CPU
+ * of its timed runs (from the logs' provenance), and a row with a run timed
+ * on another CPU is marked with a dagger and that CPU named. The other CPU is
+ * made by renaming the one in seed 2's log ("Zz..." sorts after any real
+ * name, so the 1:1 tie keeps the real CPU as the table's). */
+Test(cli_experiments, s_run_names_its_cpu_and_marks_a_row_timed_on_another, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    const char *source = source_dir();
+    char command[4096], path[256];
+    const char *study = "recurrent --quick --threads 1 --seeds \"1 2\" --rows standard-4L";
+    snprintf(command, sizeof command,
+             "'%s/experiments/run.sh' %s --out '%s/out' --data-dir '%s/data' >'%s/study.txt' 2>&1", source, study,
+             work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the study failed (see %s/study.txt)", work_dir);
+
+    snprintf(path, sizeof path, "%s/out/recurrent/" SCALE "/standard-4L/seed1/provenance.json", work_dir);
+    char *provenance = test_slurp(path);
+    const char *at = strstr(provenance, "\"cpu\":\"");
+    cr_assert_not_null(at, "%s names no cpu", path);
+    at += strlen("\"cpu\":\"");
+    char cpu[256];
+    snprintf(cpu, sizeof cpu, "%.*s", (int)strcspn(at, "\""), at);
+    free(provenance);
+    char wanted[512];
+    snprintf(wanted, sizeof wanted, "s/run: wall seconds of a run, every sitting, on %s.\n", cpu);
+    snprintf(path, sizeof path, "%s/out/recurrent/" SCALE "/table.md", work_dir);
+    char *table = test_slurp(path);
+    cr_assert_not_null(strstr(table, wanted), "no line '%s' under the table:\n%s", wanted, table);
+    cr_assert_null(strstr(table, "†"), "a mark with every run on one CPU:\n%s", table);
+    free(table);
+
+    snprintf(command, sizeof command,
+             "cd '%s/out/recurrent/" SCALE "/standard-4L/seed2' && "
+             "sed -i 's/\"cpu\":\"[^\"]*\"/\"cpu\":\"Zz Test CPU\"/' log.jsonl && grep -q 'Zz Test CPU' log.jsonl && "
+             "'%s/experiments/run.sh' %s --tables-only --out '%s/out' >'%s/rebuild.txt' 2>&1",
+             work_dir, source, study, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the rebuild failed (see %s/rebuild.txt)", work_dir);
+    table = test_slurp(path);
+    const char *row = strstr(table, "| standard-4L |");
+    cr_assert_not_null(row, "%s", table);
+    const char *row_end = strchr(row, '\n');
+    const char *mark = " † |"; /* the dagger is 3 bytes of UTF-8 */
+    const size_t mark_length = strlen(mark);
+    cr_assert((size_t)(row_end - row) > mark_length && !strncmp(row_end - mark_length, mark, mark_length),
+              "the row is not marked:\n%s", table);
+    snprintf(wanted, sizeof wanted, "on %s (†: some of its runs timed, at least in part, on Zz Test CPU).\n", cpu);
+    cr_assert_not_null(strstr(table, wanted), "no '%s' under the table:\n%s", wanted, table);
+    free(table);
+}
+
 /* The "loss" of the last evaluation line of the log at path. */
 static double final_loss_at(const char *path) {
     char eval[4096] = "";

@@ -424,6 +424,13 @@ exp_final() { # log key
     grep '"type":"eval"' "$1" | tail -n 1 | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p"
 }
 
+# The CPUs a run trained on, from the provenance lines of its log (one per
+# sitting): their distinct names in order, joined by " + ".
+exp_run_cpus() { # log
+    grep '"type":"provenance"' "$1" | sed -n 's/.*"cpu":"\([^"]*\)".*/\1/p' | awk '!seen[$0]++' |
+        awk 'BEGIN { ORS = "" } { print (NR > 1 ? " + " : "") $0 } END { if (NR == 0) print "an unrecorded CPU" }'
+}
+
 # tokens and loss of every eval line of a log, one "tokens loss" pair per line
 # (the data file a gnuplot curve reads).
 exp_curve() { # log

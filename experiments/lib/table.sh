@@ -10,6 +10,10 @@
 # alpha; and the relative difference of the loss against the row's reference
 # row, computed per seed (same seed = same initial draw and data order) and
 # then averaged, so the spread is that of the paired differences.
+# s/run is the mean wall time of a run over every sitting it took; a line
+# under the table names the CPU it was measured on, and a row whose runs
+# (or part of them) ran on another CPU is marked, since the machines of one
+# study can differ 2x in speed.
 # shellcheck shell=bash
 
 # Two invocations of one study (two lanes) may rebuild its table at the same
@@ -23,7 +27,7 @@ exp_table_locked() { # study
     local study=$1 dir="$OUT/$1"
     local final="$dir/final.tsv"
     : >"$final"
-    # One line per (row, seed): row seed tokens loss primary branch alpha seconds
+    # One line per (row, seed): row seed tokens loss primary branch alpha seconds cpus
     local name
     while IFS=$'\t' read -r name _; do
         for log in "$dir/$name"/seed*/log.jsonl; do
@@ -32,9 +36,10 @@ exp_table_locked() { # study
             local seed_dir seed
             seed_dir=$(dirname "$log")
             seed=${seed_dir##*/seed}
-            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$seed" "$(exp_final "$log" tokens)" \
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$seed" "$(exp_final "$log" tokens)" \
                 "$(exp_final "$log" loss)" "$(exp_final "$log" loss_primary)" "$(exp_final "$log" loss_branch)" \
-                "$(exp_final "$log" alpha)" "$(cat "$seed_dir/seconds" 2>/dev/null || echo null)" >>"$final"
+                "$(exp_final "$log" alpha)" "$(cat "$seed_dir/seconds" 2>/dev/null || echo null)" \
+                "$(exp_run_cpus "$log")" >>"$final"
         done
     done <"$dir/rows.tsv"
 
@@ -46,9 +51,14 @@ exp_table_locked() { # study
         for (i = 1; i <= n; i++) s += (a[i] - m) ^ 2; return sqrt(s / (n - 1)) }
     function pm(m, s, fmt) { return s < 0 ? sprintf(fmt, m) : sprintf(fmt " ± " fmt, m, s) }
     FNR == NR { key = $1 SUBSEP $2; tokens[key] = $3; loss[key] = $4; primary[key] = $5; branch[key] = $6
-        alpha[key] = $7; secs[key] = $8; seeds[$1] = seeds[$1] " " $2; next }
+        alpha[key] = $7; secs[key] = $8; seeds[$1] = seeds[$1] " " $2
+        cpu[key] = $9; if (num($8)) timed_on[$9]++; next }
     { order[++n_rows] = $1; reference[$1] = $2 }
     END {
+        # The CPU most timed runs ran on (ties: the first by name) is the
+        # one the table names; a row with a run timed elsewhere is marked.
+        main_cpu = ""; for (c in timed_on) if (main_cpu == "" || timed_on[c] > timed_on[main_cpu] ||
+            (timed_on[c] == timed_on[main_cpu] && c < main_cpu)) main_cpu = c
         print "| row | seeds | tokens | val loss | primary CE | branch CE | alpha | vs reference | rel. diff | s/run |" > md
         print "|---|---|---|---|---|---|---|---|---|---|" > md
         print "row\tseeds\ttokens\tloss_mean\tloss_sd\tprimary_mean\tbranch_mean\talpha_mean\treference\trel_diff_mean\trel_diff_sd" > tsv
@@ -64,7 +74,7 @@ exp_table_locked() { # study
                 if (num(primary[key])) P[++np] = primary[key]
                 if (num(branch[key])) Q[++nb] = branch[key]
                 if (num(alpha[key])) A[++na] = alpha[key]
-                if (num(secs[key])) S[++nt] = secs[key]
+                if (num(secs[key])) { S[++nt] = secs[key]; if (cpu[key] != main_cpu) { elsewhere = 1; other[cpu[key]] = 1 } }
                 rkey = ref SUBSEP seed_list[i]
                 if (ref != "" && ref != "-" && num(loss[key]) && num(loss[rkey]))
                     D[++nd] = 100 * (loss[key] - loss[rkey]) / loss[rkey]
@@ -74,7 +84,8 @@ exp_table_locked() { # study
             br = nb ? pm(mean(Q, nb), sd(Q, nb), "%.4f") : "–"
             al = na ? sprintf("%.3f", mean(A, na)) : "–"
             rd = nd ? sprintf("%+.2f%%", mean(D, nd)) (nd > 1 ? sprintf(" ± %.2f", sd(D, nd)) : "") : "–"
-            tm = nt ? sprintf("%.0f", mean(S, nt)) : "–"
+            tm = nt ? sprintf("%.0f", mean(S, nt)) (elsewhere ? " †" : "") : "–"
+            elsewhere = 0
             printf "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", row, n, tok, lm, prim, br, al,
                 (ref == "" || ref == "-") ? "–" : ref, rd, tm > md
             printf "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row, n, (tok == "–" ? "nan" : tok),
@@ -82,6 +93,15 @@ exp_table_locked() { # study
                 np ? sprintf("%.6f", mean(P, np)) : "nan", nb ? sprintf("%.6f", mean(Q, nb)) : "nan",
                 na ? sprintf("%.4f", mean(A, na)) : "nan", (ref == "" ? "-" : ref),
                 nd ? sprintf("%.4f", mean(D, nd)) : "nan", (nd > 1 ? sprintf("%.4f", sd(D, nd)) : "nan") > tsv
+        }
+        if (main_cpu != "") {
+            # by name, so a rebuild writes the same line
+            n_other = 0; for (c in other) names[++n_other] = c
+            for (i = 2; i <= n_other; i++) for (j = i; j > 1 && names[j] < names[j - 1]; j--) {
+                t = names[j]; names[j] = names[j - 1]; names[j - 1] = t }
+            others = ""; for (i = 1; i <= n_other; i++) others = others (i > 1 ? "; " : "") names[i]
+            printf "\ns/run: wall seconds of a run, every sitting, on %s%s.\n", main_cpu,
+                others == "" ? "" : " (†: some of its runs timed, at least in part, on " others ")" > md
         }
     }' "$final" "$dir/rows.tsv"
     mv "$dir/table.md.tmp" "$dir/table.md"
