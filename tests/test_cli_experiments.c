@@ -732,6 +732,16 @@ Test(cli_experiments, rows_stay_listed_while_a_study_trains, .init = setup, .fin
     free(after);
 }
 
+/* experiments/run.sh with the arguments study (a study and its options) into
+ * the test's out and data folders, its output in study.txt; it must succeed. */
+static void run_study_arguments(const char *source, const char *study) {
+    char command[4096];
+    snprintf(command, sizeof command,
+             "'%s/experiments/run.sh' %s --out '%s/out' --data-dir '%s/data' >'%s/study.txt' 2>&1", source, study,
+             work_dir, work_dir, work_dir);
+    cr_assert_eq(system(command), 0, "the study failed (see %s/study.txt)", work_dir);
+}
+
 /* Two lanes of one study may rebuild its table at the same moment; each
  * rebuild holds a flock on the study folder's tables.lock, so the second waits
  * for the first (unserialised, both appended to final.tsv: every seed twice).
@@ -743,10 +753,7 @@ Test(cli_experiments, a_table_rebuild_waits_for_another_holding_the_study_lock, 
     const char *source = source_dir();
     char command[4096], path[256];
     const char *study = "recurrent --quick --threads 1 --seeds 1 --rows standard-4L";
-    snprintf(command, sizeof command,
-             "'%s/experiments/run.sh' %s --out '%s/out' --data-dir '%s/data' >'%s/study.txt' 2>&1", source, study,
-             work_dir, work_dir, work_dir);
-    cr_assert_eq(system(command), 0, "the study failed (see %s/study.txt)", work_dir);
+    run_study_arguments(source, study);
 
     snprintf(command, sizeof command,
              "cd '%s' && lock=out/recurrent/" SCALE "/tables.lock && "
@@ -772,10 +779,7 @@ Test(cli_experiments, s_run_names_its_cpu_and_marks_a_row_timed_on_another, .ini
     const char *source = source_dir();
     char command[4096], path[256];
     const char *study = "recurrent --quick --threads 1 --seeds \"1 2\" --rows standard-4L";
-    snprintf(command, sizeof command,
-             "'%s/experiments/run.sh' %s --out '%s/out' --data-dir '%s/data' >'%s/study.txt' 2>&1", source, study,
-             work_dir, work_dir, work_dir);
-    cr_assert_eq(system(command), 0, "the study failed (see %s/study.txt)", work_dir);
+    run_study_arguments(source, study);
 
     snprintf(path, sizeof path, "%s/out/recurrent/" SCALE "/standard-4L/seed1/provenance.json", work_dir);
     char *provenance = test_slurp(path);
