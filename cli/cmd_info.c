@@ -162,15 +162,9 @@ static int print_cpu(void) {
     printf("amx_bf16           %s\n", p.amx_bf16 ? "yes" : "no");
     printf("bf16 products      %s\n", p.bf16_engine);
     printf("bf16 attention     %s\n", p.bf16_attention);
-    const k_cpu_bf16 units = k_cpu_bf16_features();
-    const train_precision decided = train_precision_auto();
-    printf("precision = auto   %s (%s)\n", train_precision_name(decided),
-           decided == TRAIN_PRECISION_BF16 ? (units.amx_bf16 ? "AMX tiles" : "vdpbf16ps at twice the float32 FMA rate")
-           : units.amx_bf16 || units.avx512_bf16
-               ? (k_isa_active() < K_ISA_AVX512 ? "DBRANCH_ISA forces a level below AVX-512"
-                                                : "this vdpbf16ps is no faster than float32 FMA: bf16 would only add "
-                                                  "roundings")
-               : "no bf16 units");
+    const char *why;
+    const train_precision decided = train_precision_auto(&why);
+    printf("precision = auto   %s (%s)\n", train_precision_name(decided), why);
     printf("threads            %d (OpenMP's default; --threads or OMP_NUM_THREADS)\n", p.threads);
     printf("blis               %s\n", p.blis_version);
     printf("compiled for       avx512f %s, avx512_bf16 %s, amx_bf16 %s (-march; the kernels choose at run time)\n",

@@ -66,9 +66,9 @@ k_cpu_bf16 k_cpu_bf16_features(void) {
     k_cpu_bf16 f = {0, 0, 0};
 #ifdef K_ISA_X86
     unsigned a, b, c, d;
-    __cpuid(0, a, b, c, d);
+    __cpuid(0, a, b, c, d);                                                   /* EAX: the highest leaf */
     const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" in EBX EDX ECX */
-    if (__get_cpuid_max(0, NULL) >= 7) {
+    if (a >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
         f.amx_bf16 = (d >> 22) & 1; /* leaf 7.0 EDX bit 22 */
         if (a >= 1) {

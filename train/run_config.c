@@ -149,15 +149,19 @@ const char *train_precision_name(train_precision precision) {
     return precision == TRAIN_PRECISION_BF16 ? "bf16" : precision == TRAIN_PRECISION_AUTO ? "auto" : "fp32";
 }
 
-train_precision train_precision_auto(void) {
-    /* The widen engine would be bf16's numerics below float32's speed: not a
-     * default. Nor is oneDNN on a vdpbf16ps no faster than float32 FMA (an
-     * Intel without AMX: a nanogpt twin step 1.47x float32's, DECISIONS). */
+train_precision train_precision_auto(const char **why) {
+    const char *unused;
+    if (!why) why = &unused;
     const k_cpu_bf16 cpu = k_cpu_bf16_features();
-    const int units_pay = cpu.amx_bf16 || cpu.bf16_dot_doubles_fma;
-    return k_bf16_gemm_default() == K_BF16_GEMM_ONEDNN && units_pay && k_isa_active() >= K_ISA_AVX512
-               ? TRAIN_PRECISION_BF16
-               : TRAIN_PRECISION_FP32;
+    /* The widen engine (no bf16 units) would be bf16's numerics below
+     * float32's speed: not a default. Nor is oneDNN on a vdpbf16ps no faster
+     * than float32 FMA (an Intel without AMX: a nanogpt twin step 1.47x
+     * float32's, DECISIONS). */
+    if (k_bf16_gemm_default() != K_BF16_GEMM_ONEDNN) return *why = "no bf16 units", TRAIN_PRECISION_FP32;
+    if (k_isa_active() < K_ISA_AVX512) return *why = "DBRANCH_ISA forces a level below AVX-512", TRAIN_PRECISION_FP32;
+    if (cpu.amx_bf16) return *why = "AMX tiles", TRAIN_PRECISION_BF16;
+    if (cpu.bf16_dot_doubles_fma) return *why = "vdpbf16ps at twice the float32 FMA rate", TRAIN_PRECISION_BF16;
+    return *why = "this vdpbf16ps is no faster than float32 FMA: bf16 would only add roundings", TRAIN_PRECISION_FP32;
 }
 
 int64_t train_pass_mix_pick(const train_pass_mix *mix, double r) {
@@ -399,7 +403,7 @@ dt_status train_config_validate(train_config *cfg) {
     }
     if (cfg->data_path[0] == '\0') return dt_errorf("data.path is not set (the token dataset to train on)");
     if (cfg->seq_len == 0) cfg->seq_len = cfg->model.block_size;
-    if (cfg->precision == TRAIN_PRECISION_AUTO) cfg->precision = train_precision_auto();
+    if (cfg->precision == TRAIN_PRECISION_AUTO) cfg->precision = train_precision_auto(NULL);
     if (cfg->seq_len > cfg->model.block_size)
         return dt_errorf("train.seq_len = %lld exceeds model.block_size = %lld", (long long)cfg->seq_len,
                          (long long)cfg->model.block_size);

@@ -47,8 +47,9 @@ typedef enum { TRAIN_PRECISION_FP32 = 0, TRAIN_PRECISION_BF16 = 1, TRAIN_PRECISI
 const char *train_precision_name(train_precision precision);
 /* What precision = auto means on this CPU: bf16 where its bf16 units beat
  * float32 (AMX-BF16, or AVX512_BF16 at twice the FMA rate: AMD's) under
- * oneDNN and DBRANCH_ISA leaves AVX-512 on, else fp32. */
-train_precision train_precision_auto(void);
+ * oneDNN and DBRANCH_ISA leaves AVX-512 on, else fp32; why (if not NULL)
+ * gets the reason in a few words, for dbranch info --cpu. */
+train_precision train_precision_auto(const char **why);
 
 /* train.bf16_attention: the attention kernels under bf16 (ag_ctx.bf16_attention's values). */
 typedef enum {

@@ -427,8 +427,8 @@ exp_final() { # log key
 # The CPUs a run trained on, from the provenance lines of its log (one per
 # sitting): their distinct names in order, joined by " + ".
 exp_run_cpus() { # log
-    grep '"type":"provenance"' "$1" | sed -n 's/.*"cpu":"\([^"]*\)".*/\1/p' | awk '!seen[$0]++' |
-        awk 'BEGIN { ORS = "" } { print (NR > 1 ? " + " : "") $0 } END { if (NR == 0) print "an unrecorded CPU" }'
+    grep '"type":"provenance"' "$1" | sed -n 's/.*"cpu":"\([^"]*\)".*/\1/p' |
+        awk '!seen[$0]++ { printf "%s%s", (n++ ? " + " : ""), $0 } END { if (!n) printf "an unrecorded CPU" }'
 }
 
 # tokens and loss of every eval line of a log, one "tokens loss" pair per line
